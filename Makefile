@@ -1,0 +1,34 @@
+# inferd: `make serve` and `make test` work on a fresh clone (they run `make install` first).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+PG_URL ?= postgresql://127.0.0.1:5432/test
+REDIS_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: install serve test test-sqlite test-postgres bench
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	touch $(STAMP)
+
+serve: install
+	$(VENV)/bin/inferd serve
+
+# The whole suite twice: embedded SQLite with in-process limits, then PostgreSQL + Redis.
+test: install
+	$(MAKE) test-sqlite
+	$(MAKE) test-postgres
+
+test-sqlite: install
+	env -u INFERD_DATABASE_URL -u INFERD_REDIS_URL $(PY) -m pytest
+
+test-postgres: install
+	INFERD_DATABASE_URL=$(PG_URL) INFERD_REDIS_URL=$(REDIS_URL) $(PY) -m pytest
+
+bench: install
+	$(PY) bench/overhead.py

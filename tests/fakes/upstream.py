@@ -1,0 +1,201 @@
+"""A fake upstream engine speaking the OpenAI chat-completion wire shape (and vLLM's /tokenize).
+
+This is the only stand-in the test suite uses: a GPU engine cannot run here. It is a real HTTP
+server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends upstream:
+
+- `mock`                 a 16-word reply (one SSE chunk per word when streaming)
+- `mock-sleep-<S>`       waits S seconds (float) before answering at all
+- `mock-stall-after-<N>` streams N chunks, then sends nothing more (mid-stream timeout)
+- `mock-drop-after-<N>`  streams N chunks, then closes the connection without a terminator
+- `mock-error-<STATUS>`  answers STATUS with an upstream-shaped error body
+- `mock-reasoning`       also returns `reasoning_content` (message and deltas)
+- `mock-nousage`         never reports usage
+
+Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
+Token counts are deterministic (`count_prompt_tokens`), so /tokenize equals the billed usage.
+
+Run: `python tests/fakes/upstream.py --port 9100` (prints `ready <port>` when listening).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+REPLY_WORDS = "This is the mock upstream answering your request with sixteen words of plain text for you".split()
+MAX_MODEL_LEN = 4096
+
+
+def _content_words(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content.split())
+    if isinstance(content, list):
+        return sum(len(str(part.get("text", "")).split()) + (85 if part.get("type") == "image_url" else 0)
+                   for part in content if isinstance(part, dict))
+    return 0
+
+
+def count_prompt_tokens(body: dict[str, Any]) -> int:
+    """Deterministic prompt token count: 4 per message, one per word, tool schemas by words."""
+    total = 2
+    for message in body.get("messages") or []:
+        total += 4 + _content_words(message.get("content"))
+        for call in message.get("tool_calls") or []:
+            total += len(json.dumps(call).split())
+    if body.get("tools"):
+        total += len(json.dumps(body["tools"]).split())
+    effort = body.get("reasoning_effort")
+    if effort in ("low", "medium", "high"):
+        total += {"low": 1, "medium": 2, "high": 3}[effort]
+    if "prompt" in body:
+        total = 2 + len(str(body["prompt"]).split())
+    return total
+
+
+def _reply_words(body: dict[str, Any]) -> tuple[list[str], str]:
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+    words = list(REPLY_WORDS)
+    if isinstance(max_tokens, int) and max_tokens < len(words):
+        return words[:max_tokens], "length"
+    return words, "stop"
+
+
+def _usage(body: dict[str, Any], completion: int) -> dict[str, Any]:
+    prompt = count_prompt_tokens(body)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": prompt // 2}}
+
+
+def _suffix_number(model: str, prefix: str) -> float | None:
+    if model.startswith(prefix):
+        try:
+            return float(model[len(prefix):])
+        except ValueError:
+            return None
+    return None
+
+
+class FakeUpstream:
+    """The fake's state: recorded requests."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append({"path": request.path, "body": body,
+                              "authorization": request.headers.get("Authorization")})
+        del self.requests[:-200]
+        model = str(body.get("model", ""))
+        sleep = _suffix_number(model, "mock-sleep-")
+        if sleep:
+            await asyncio.sleep(sleep)
+        status = _suffix_number(model, "mock-error-")
+        if status:
+            return web.json_response(
+                {"object": "error", "message": f"This model's maximum context length is {MAX_MODEL_LEN} tokens.",
+                 "type": "BadRequestError", "param": "messages", "code": int(status)}, status=int(status))
+        if body.get("stream"):
+            return await self._stream(request, body, model)
+        words, finish = _reply_words(body)
+        message: dict[str, Any] = {"role": "assistant", "content": " ".join(words), "tool_calls": []}
+        if model == "mock-reasoning":
+            message["reasoning_content"] = "thinking about it"
+        reply: dict[str, Any] = {
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        }
+        if model != "mock-nousage":
+            reply["usage"] = _usage(body, len(words))
+        return web.json_response(reply)
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        stall = _suffix_number(model, "mock-stall-after-")
+        drop = _suffix_number(model, "mock-drop-after-")
+        words, finish = _reply_words(body)
+        created = int(time.time())
+
+        def frame(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+            return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+        async def write_split(data: bytes) -> None:
+            # Split every frame across two writes so the gateway must buffer to the blank line.
+            half = len(data) // 2
+            await response.write(data[:half])
+            await response.write(data[half:])
+
+        await write_split(frame({"role": "assistant", "content": ""}))
+        if model == "mock-reasoning":
+            await write_split(frame({"reasoning_content": "thinking"}))
+        for index, word in enumerate(words):
+            if stall is not None and index >= stall:
+                await asyncio.sleep(3600)
+            if drop is not None and index >= drop:
+                request.transport.close()  # type: ignore[union-attr]
+                return response
+            await write_split(frame({"content": (" " if index else "") + word}))
+        await write_split(frame({}, finish))
+        include_usage = (body.get("stream_options") or {}).get("include_usage")
+        if include_usage and model != "mock-nousage":
+            usage_chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
+                           "model": model, "choices": [], "usage": _usage(body, len(words))}
+            await write_split(b"data: " + json.dumps(usage_chunk).encode() + b"\n\n")
+        await write_split(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append({"path": request.path, "body": body})
+        count = count_prompt_tokens(body)
+        return web.json_response({"count": count, "max_model_len": MAX_MODEL_LEN, "tokens": list(range(count))})
+
+    async def recorded(self, request: web.Request) -> web.Response:
+        return web.json_response(self.requests)
+
+    async def reset(self, request: web.Request) -> web.Response:
+        self.requests.clear()
+        return web.json_response({"ok": True})
+
+
+def build_app() -> web.Application:
+    """The fake upstream as an aiohttp application."""
+    fake = FakeUpstream()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.chat)
+    app.router.add_post("/tokenize", fake.tokenize)
+    app.router.add_get("/_requests", fake.recorded)
+    app.router.add_post("/_reset", fake.reset)
+    return app
+
+
+async def _serve(host: str, port: int) -> None:
+    runner = web.AppRunner(build_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(f"ready {bound}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9100)
+    args = parser.parse_args()
+    import uvloop
+    uvloop.run(_serve(args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()
