@@ -49,7 +49,7 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
             total += len(json.dumps(call).split())
     if body.get("tools"):
         total += len(json.dumps(body["tools"]).split())
-    effort = body.get("reasoning_effort")
+    effort = body.get("reasoning_effort") or (body.get("chat_template_kwargs") or {}).get("reasoning_effort")
     if effort in ("low", "medium", "high"):
         total += {"low": 1, "medium": 2, "high": 3}[effort]
     if "prompt" in body:

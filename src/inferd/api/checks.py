@@ -1,0 +1,193 @@
+"""Fast validation of the chat and token-count request shapes, exactly as the spec's tables say.
+
+The hot routes parse with orjson and check only what the spec validates; everything else is
+forwarded untouched. Every failure is a 400 whose message starts with the field's path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferd.errors import InvalidRequest
+
+ROLES = ("system", "user", "assistant", "tool")
+REASONING_EFFORTS = {"off": "off", "low": "low", "medium": "medium", "high": "high", "minimal": "low", "none": "off"}
+TOOL_CHOICES = ("none", "auto", "required")
+MAX_MODEL_LENGTH = 256
+MAX_STOP = 4
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 512
+
+
+def _fail(param: str, problem: str) -> InvalidRequest:
+    return InvalidRequest(f"{param}: {problem}", param=param)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_model(body: dict[str, Any]) -> str:
+    """`model`: required string of 1 to 256 characters."""
+    model = body.get("model")
+    if model is None:
+        raise _fail("model", "required")
+    if not isinstance(model, str) or not model:
+        raise _fail("model", "must be a non-empty string")
+    if len(model) > MAX_MODEL_LENGTH:
+        raise _fail("model", f"longer than {MAX_MODEL_LENGTH} characters")
+    return model
+
+
+def _check_content(path: str, content: Any, role: str) -> None:
+    if isinstance(content, str):
+        return
+    if content is None:
+        if role == "assistant":
+            return
+        raise _fail(path, f"required on {role} messages")
+    if not isinstance(content, list):
+        raise _fail(path, "must be a string or an array of content parts")
+    for i, part in enumerate(content):
+        where = f"{path}[{i}]"
+        if not isinstance(part, dict):
+            raise _fail(where, "must be an object")
+        kind = part.get("type")
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise _fail(f"{where}.text", "required string on text parts")
+        elif kind == "image_url":
+            image = part.get("image_url")
+            if not isinstance(image, dict) or not isinstance(image.get("url"), str):
+                raise _fail(f"{where}.image_url", "must be an object with a string url")
+        elif kind is None:
+            raise _fail(f"{where}.type", "required")
+        else:
+            raise _fail(f"{where}.type", "must be text or image_url")
+
+
+def check_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """`messages`: required array (min 1) of ChatMessage."""
+    messages = body.get("messages")
+    if messages is None:
+        raise _fail("messages", "required")
+    if not isinstance(messages, list):
+        raise _fail("messages", "must be an array")
+    if not messages:
+        raise _fail("messages", "must hold at least 1 message")
+    for i, message in enumerate(messages):
+        path = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise _fail(path, "must be an object")
+        role = message.get("role")
+        if role is None:
+            raise _fail(f"{path}.role", "required")
+        if role not in ROLES:
+            raise _fail(f"{path}.role", f"must be one of {', '.join(ROLES)}")
+        _check_content(f"{path}.content", message.get("content"), role)
+        if "name" in message and not isinstance(message["name"], str):
+            raise _fail(f"{path}.name", "must be a string")
+        if "tool_calls" in message and message["tool_calls"] is not None:
+            calls = message["tool_calls"]
+            if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+                raise _fail(f"{path}.tool_calls", "must be an array of objects")
+        if role == "tool":
+            if not isinstance(message.get("tool_call_id"), str) or not message["tool_call_id"]:
+                raise _fail(f"{path}.tool_call_id", "required on tool messages (the id of the call answered)")
+        elif "tool_call_id" in message and message["tool_call_id"] is not None \
+                and not isinstance(message["tool_call_id"], str):
+            raise _fail(f"{path}.tool_call_id", "must be a string")
+    return messages
+
+
+def check_tools(body: dict[str, Any]) -> None:
+    """`tools`: array of Tool (`type` function, `function.name` required)."""
+    tools = body.get("tools")
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise _fail("tools", "must be an array")
+    for i, tool in enumerate(tools):
+        path = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise _fail(path, "must be an object")
+        if tool.get("type") != "function":
+            raise _fail(f"{path}.type", "required, and must be function")
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise _fail(f"{path}.function", "required object")
+        if not isinstance(function.get("name"), str) or not function["name"]:
+            raise _fail(f"{path}.function.name", "required string")
+        if "description" in function and not isinstance(function["description"], str):
+            raise _fail(f"{path}.function.description", "must be a string")
+        if "parameters" in function and not isinstance(function["parameters"], dict):
+            raise _fail(f"{path}.function.parameters", "must be a JSON Schema object")
+
+
+def check_reasoning_effort(body: dict[str, Any]) -> str | None:
+    """`reasoning_effort`: off|low|medium|high, aliases minimal (low) and none (off); normalised."""
+    if "reasoning_effort" not in body or body["reasoning_effort"] is None:
+        return None
+    value = body["reasoning_effort"]
+    if not isinstance(value, str) or value not in REASONING_EFFORTS:
+        raise _fail("reasoning_effort", "must be one of off, low, medium, high (or minimal, none)")
+    return REASONING_EFFORTS[value]
+
+
+def check_metadata(value: Any, param: str = "metadata") -> dict[str, str] | None:
+    """A string-to-string map: at most 16 pairs, keys up to 64 and values up to 512 characters."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail(param, "must be an object of string values")
+    if len(value) > MAX_METADATA_PAIRS:
+        raise _fail(param, f"at most {MAX_METADATA_PAIRS} pairs")
+    for key, item in value.items():
+        if len(key) > MAX_METADATA_KEY:
+            raise _fail(f"{param}.{key[:20]}…", f"keys are at most {MAX_METADATA_KEY} characters")
+        if not isinstance(item, str):
+            raise _fail(f"{param}.{key}", "values must be strings")
+        if len(item) > MAX_METADATA_VALUE:
+            raise _fail(f"{param}.{key}", f"values are at most {MAX_METADATA_VALUE} characters")
+    return value or None
+
+
+def check_chat(body: dict[str, Any]) -> None:
+    """Every rule of the ChatCompletionRequest table (metadata is checked by the caller)."""
+    check_model(body)
+    check_messages(body)
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        if name in body and body[name] is not None and not _is_number(body[name]):
+            raise _fail(name, "must be a number")
+    if "max_tokens" in body and body["max_tokens"] is not None:
+        if not _is_int(body["max_tokens"]) or body["max_tokens"] < 1:
+            raise _fail("max_tokens", "must be an integer >= 1")
+    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
+        raise _fail("stream", "must be a boolean")
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise _fail("stop", "must be a string or an array of strings")
+        if len(stop) > MAX_STOP:
+            raise _fail("stop", f"at most {MAX_STOP} sequences")
+    check_tools(body)
+    choice = body.get("tool_choice")
+    if choice is not None and not isinstance(choice, dict) and choice not in TOOL_CHOICES:
+        raise _fail("tool_choice", "must be none, auto, required or an object")
+    if "seed" in body and body["seed"] is not None and not _is_int(body["seed"]):
+        raise _fail("seed", "must be an integer")
+    if "response_format" in body and body["response_format"] is not None \
+            and not isinstance(body["response_format"], dict):
+        raise _fail("response_format", "must be an object")
+
+
+def check_count_tokens(body: dict[str, Any]) -> None:
+    """CountTokensRequest: model, messages, tools and reasoning_effort; other fields are ignored."""
+    check_model(body)
+    check_messages(body)
+    check_tools(body)

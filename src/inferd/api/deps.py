@@ -1,0 +1,27 @@
+"""Dependencies of the FastAPI (cold) routes: the services and the calling key."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import Request
+
+from inferd.auth.principal import require_long_lived
+from inferd.store.keys import KeyRecord
+
+if TYPE_CHECKING:
+    from inferd.app import Services
+
+
+def services(request: Request) -> "Services":
+    """The services `create_app()` built."""
+    return request.app.state.services  # type: ignore[no-any-return]
+
+
+async def long_lived_key(request: Request) -> KeyRecord:
+    """An application or admin key, rate limited; cold routes are never metered (no 402)."""
+    svc = services(request)
+    key = await svc.auth.authenticate(request.headers.get("authorization"))
+    require_long_lived(key)
+    await svc.limits.admit(key, metered=False)
+    return key

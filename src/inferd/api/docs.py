@@ -1,0 +1,24 @@
+"""OpenAPI entries for the raw-ASGI hot routes. The dispatcher in app.py answers these paths
+before FastAPI sees them; these stubs exist so /openapi.json documents their schemas."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from inferd.errors import ServiceUnavailable
+from inferd.protocol.chat import (ChatCompletionRequest, ChatCompletionResponse, CountTokensRequest,
+                                  CountTokensResponse)
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions", response_model=ChatCompletionResponse, tags=["chat"])
+async def chat_completions(request: ChatCompletionRequest) -> ChatCompletionResponse:
+    """Blocking, or `text/event-stream` of chunks ending with `data: [DONE]` when `stream` is true."""
+    raise ServiceUnavailable("not served here")
+
+
+@router.post("/v1/chat/count_tokens", response_model=CountTokensResponse, tags=["chat"])
+async def count_tokens(request: CountTokensRequest) -> CountTokensResponse:
+    """Prompt tokens a completion of this request would bill; free, no usage row."""
+    raise ServiceUnavailable("not served here")

@@ -1,0 +1,169 @@
+"""create_app(settings): builds every service, mounts the routes, maps errors to the wire once."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from inferd import __version__
+from inferd.api import docs as docs_routes
+from inferd.api import models as models_routes
+from inferd.api.asgi import Receive, Scope, Send
+from inferd.api.chat import ChatCompletionsRoute
+from inferd.api.tokens import CountTokensRoute
+from inferd.auth.principal import Authenticator
+from inferd.catalogue import ModelCatalogue
+from inferd.config import Catalogue, Settings, load_catalogue
+from inferd.engines.registry import EngineRegistry, default_registry
+from inferd.errors import InferdError, InvalidRequest, MethodNotAllowed, NotFound
+from inferd.limits.base import Limits
+from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
+from inferd.limits.redis import RedisRateLimiter, RedisSpendCounter
+from inferd.metering import UsageWriter, load_spend
+from inferd.services.chat import ChatService
+from inferd.store.db import create_engine, migrate
+from inferd.store.keys import KeyRepository
+from inferd.store.orgs import OrgRepository
+
+log = logging.getLogger("inferd")
+
+
+@dataclass
+class Services:
+    """Everything a request may need, built once per app (no module-level state)."""
+
+    settings: Settings
+    config: Catalogue
+    db: AsyncEngine
+    orgs: OrgRepository
+    keys: KeyRepository
+    auth: Authenticator
+    limits: Limits
+    writer: UsageWriter
+    catalogue: ModelCatalogue
+    chat: ChatService
+
+    async def close(self) -> None:
+        """Flush usage rows and release every connection."""
+        await self.writer.close()
+        await self.catalogue.close()
+        await self.limits.close()
+        self.keys.close()
+        await self.db.dispose()
+
+
+def load_config(settings: Settings, registry: EngineRegistry | None = None) -> tuple[Catalogue, EngineRegistry]:
+    """The engine registry and the checked configuration file (ConfigError when wrong)."""
+    registry = registry or default_registry()
+    return load_catalogue(settings.config_path, registry.option_keys()), registry
+
+
+async def build_services(settings: Settings) -> Services:
+    """Open the database (migrating it), the limits, the writer and every engine."""
+    config, registry = load_config(settings)
+    db = create_engine(settings.database_url)
+    await migrate(db)
+    loader = partial(load_spend, db)
+    if settings.redis_url:
+        redis = Redis.from_url(settings.redis_url)
+        limits = Limits(RedisRateLimiter(redis, settings.redis_prefix),
+                        RedisSpendCounter(redis, settings.redis_prefix, loader))
+    else:
+        limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
+    writer = UsageWriter(db, limits.spend)
+    writer.start()
+    keys = KeyRepository(db, fast_reads=True)
+    catalogue = ModelCatalogue(config.models, registry)
+    return Services(settings=settings, config=config, db=db, orgs=OrgRepository(db), keys=keys,
+                    auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue,
+                    chat=ChatService(catalogue, writer))
+
+
+def _error_response(exc: InferdError) -> Response:
+    media_type = getattr(exc, "content_type", "application/json")
+    return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type=media_type)
+
+
+def _install_error_handlers(api: FastAPI) -> None:
+    """Every error on a /v1 route leaves in the envelope, framework errors included."""
+
+    @api.exception_handler(InferdError)
+    async def inferd_error(request: Request, exc: InferdError) -> Response:
+        return _error_response(exc)
+
+    @api.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        if first.get("type") == "json_invalid":
+            return _error_response(InvalidRequest(f"Malformed JSON body: {first.get('msg', '')}",
+                                                  code="invalid_json"))
+        return _error_response(InvalidRequest(f"{where}: {first.get('msg', 'invalid')}", param=where))
+
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            return _error_response(NotFound(f"No route {request.method} {request.url.path}", code="unknown_route"))
+        if exc.status_code == 405:
+            return _error_response(MethodNotAllowed(f"Method {request.method} not allowed on {request.url.path}"))
+        error = InferdError(str(exc.detail))
+        error.status = exc.status_code
+        error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return _error_response(error)
+
+    @api.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _error_response(InferdError("Internal server error"))
+
+
+class InferdApp:
+    """The ASGI application: hot routes as raw handlers, everything else through FastAPI."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.services: Services | None = None
+        self._hot: dict[str, Any] = {}
+        self.api = FastAPI(title="inferd", version="1.0.0", lifespan=self._lifespan,
+                           description=f"Self-hosted inference API (inferd {__version__})")
+        _install_error_handlers(self.api)
+        self.api.include_router(models_routes.router)
+        self.api.include_router(docs_routes.router)
+
+    @asynccontextmanager
+    async def _lifespan(self, api: FastAPI) -> AsyncIterator[None]:
+        services = await build_services(self.settings)
+        self.services = api.state.services = services
+        self._hot = {
+            "/v1/chat/completions": ChatCompletionsRoute(services.auth, services.limits, services.chat),
+            "/v1/chat/count_tokens": CountTokensRoute(services.auth, services.limits, services.catalogue),
+        }
+        try:
+            yield
+        finally:
+            self._hot = {}
+            await services.close()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            route = self._hot.get(scope["path"])
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self.api(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None) -> InferdApp:
+    """Build the application for these settings (the environment's by default)."""
+    return InferdApp(settings or Settings.from_env())

@@ -1,0 +1,1 @@
+"""Who is calling: key minting, hashing and parsing; the principal of a request."""

@@ -1,0 +1,40 @@
+"""The principal of a request: the key behind `Authorization`, checked for the route."""
+
+from __future__ import annotations
+
+from inferd.auth.keys import parse_bearer, secret_matches
+from inferd.errors import AuthenticationFailed, PermissionDenied
+from inferd.store.db import utcnow
+from inferd.store.keys import KeyRecord, KeyRepository
+
+
+class Authenticator:
+    """Turns an `Authorization` header into the caller's key record, or raises 401."""
+
+    def __init__(self, keys: KeyRepository) -> None:
+        self._keys = keys
+
+    async def authenticate(self, authorization: str | None) -> KeyRecord:
+        """The live key the header names; 401 when missing, malformed, unknown, revoked or expired."""
+        parsed = parse_bearer(authorization)
+        if parsed is None:
+            if not authorization:
+                raise AuthenticationFailed("Missing API key: send 'Authorization: Bearer ACCESS_KEY_ID:SECRET'",
+                                           code="missing_api_key")
+            raise AuthenticationFailed("Malformed API key: expected 'ACCESS_KEY_ID:SECRET'", code="invalid_api_key")
+        access_key_id, secret = parsed
+        record = await self._keys.lookup(access_key_id)
+        if record is None or not secret_matches(secret, record.secret_hash):
+            raise AuthenticationFailed("Invalid API key", code="invalid_api_key")
+        if record.revoked:
+            raise AuthenticationFailed("API key revoked", code="key_revoked")
+        if record.expires_at is not None and record.expires_at <= utcnow():
+            raise AuthenticationFailed("API key expired", code="key_expired")
+        return record
+
+
+def require_long_lived(key: KeyRecord) -> None:
+    """Application and admin keys only (CONTRACT.md decision 10)."""
+    if key.type == "user":
+        raise PermissionDenied("User keys work only on /v1/conversations and /v1/sources",
+                               code="key_type_not_permitted")

@@ -1,0 +1,19 @@
+"""The `inferd` command line (CONTRACT.md): serve, orgs, keys."""
+
+from __future__ import annotations
+
+import click
+
+from inferd.cli.keys import keys
+from inferd.cli.orgs import orgs
+from inferd.cli.serve import serve
+
+
+@click.group()
+def main() -> None:
+    """inferd: a self-hosted, OpenAI-compatible inference API."""
+
+
+main.add_command(serve)
+main.add_command(orgs)
+main.add_command(keys)

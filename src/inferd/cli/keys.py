@@ -1,0 +1,70 @@
+"""`inferd keys create …` and `inferd keys revoke ACCESS_KEY_ID`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from inferd.auth.keys import hash_secret, mint
+from inferd.cli.common import run_with_db, settings_from_env
+from inferd.store.keys import KeyRepository
+from inferd.store.orgs import OrgRepository
+from inferd.store.users import UserRepository
+
+
+async def create_key(engine: AsyncEngine, org_slug: str, key_type: str, name: str | None = None,
+                     user_email: str | None = None, budget_usd: float | None = None,
+                     rpm: int | None = None) -> tuple[str, str]:
+    """Mint a long-lived key (creating the org when missing); returns (access key id, secret)."""
+    org = await OrgRepository(engine).get_or_create(org_slug)
+    user_id = await UserRepository(engine).get_or_create_by_email(org.id, user_email) if user_email else None
+    access_key_id, secret = mint()
+    await KeyRepository(engine).create(access_key_id=access_key_id, secret_hash=hash_secret(secret),
+                                           key_type=key_type, org_id=org.id, name=name, user_id=user_id,
+                                           budget_usd=budget_usd, rpm=rpm)
+    return access_key_id, secret
+
+
+@click.group()
+def keys() -> None:
+    """Manage long-lived keys."""
+
+
+@keys.command("create")
+@click.option("--org", "org_slug", required=True, help="Org slug (created with defaults when missing).")
+@click.option("--type", "key_type", type=click.Choice(["application", "admin"]), required=True)
+@click.option("--name", default=None)
+@click.option("--user", "user_email", default=None, help="Email of the user who owns the key.")
+@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="Monthly budget in USD.")
+@click.option("--rpm", type=click.IntRange(min=1), default=None, help="Requests per minute.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def create(org_slug: str, key_type: str, name: str | None, user_email: str | None, budget_usd: float | None,
+           rpm: int | None, as_json: bool) -> None:
+    """Mint a key; the secret is shown once and stored only as a hash."""
+
+    async def work(engine: AsyncEngine) -> tuple[str, str]:
+        return await create_key(engine, org_slug, key_type, name, user_email, budget_usd, rpm)
+
+    access_key_id, secret = run_with_db(settings_from_env(), work)
+    full_key = f"{access_key_id}:{secret}"
+    if as_json:
+        click.echo(json.dumps({"access_key_id": access_key_id, "secret": secret, "full_key": full_key,
+                               "org": org_slug, "type": key_type}))
+    else:
+        click.echo(f"created {key_type} key {access_key_id} in org {org_slug} (the secret is shown only once)")
+        click.echo(full_key)
+
+
+@keys.command("revoke")
+@click.argument("access_key_id")
+def revoke(access_key_id: str) -> None:
+    """Revoke a key: it answers 401 from then on."""
+
+    async def work(engine: AsyncEngine) -> bool:
+        return await KeyRepository(engine).revoke(access_key_id)
+
+    if not run_with_db(settings_from_env(), work):
+        raise click.ClickException(f"no live key {access_key_id}")
+    click.echo(f"revoked {access_key_id}")

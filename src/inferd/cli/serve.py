@@ -1,0 +1,69 @@
+"""`inferd serve`: the HTTP server (and, from the batches issue on, the batch worker)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+import uvicorn
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from inferd.app import InferdApp, load_config
+from inferd.cli.common import run_with_db, settings_from_env
+from inferd.cli.keys import create_key
+from inferd.config import Settings
+from inferd.errors import ConfigError
+from inferd.store.orgs import OrgRepository
+
+DEFAULT_ORG = "default"
+
+
+async def bootstrap(engine: AsyncEngine) -> str | None:
+    """On a database without orgs, create the `default` org and one application key."""
+    if await OrgRepository(engine).count():
+        return None
+    access_key_id, secret = await create_key(engine, DEFAULT_ORG, "application", name="first key")
+    return f"{access_key_id}:{secret}"
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="TOML configuration file (default: $INFERD_CONFIG, else the built-in catalogue).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Data directory (default: $INFERD_DATA_DIR, else ./data).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--no-batch-worker", is_flag=True, help="Do not run the batch worker in this process.")
+def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None, workers: int,
+          no_batch_worker: bool) -> None:
+    """Run the HTTP server."""
+    settings = settings_from_env(config_path=config_path, data_dir=data_dir)
+    try:
+        load_config(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if workers > 1 and not settings.redis_url:
+        raise click.ClickException(
+            "--workers above 1 needs INFERD_REDIS_URL: without a shared Redis every worker would keep its own "
+            "rate limits and spend counters, silently multiplying each key's limits")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    first_key = run_with_db(settings, bootstrap)
+    if first_key:
+        click.echo(f"Created org '{DEFAULT_ORG}' and its first application key (shown only once):")
+        click.echo(first_key)
+    click.echo(f"inferd serving on http://{host}:{port}/v1 ({settings.config_path or 'built-in catalogue'}, "
+               f"{_database_label(settings)})", err=True)
+    options = dict(host=host, port=port, loop="uvloop", http="httptools", access_log=False, log_level="warning",
+                   lifespan="on", timeout_graceful_shutdown=10)
+    if workers == 1:
+        uvicorn.run(InferdApp(settings), **options)  # type: ignore[arg-type]
+    else:
+        os.environ.update(settings.environ())  # each worker process rebuilds the same settings
+        uvicorn.run("inferd.app:create_app", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+
+
+def _database_label(settings: Settings) -> str:
+    url = settings.database_url
+    return "SQLite " + url.split(":///", 1)[1] if url.startswith("sqlite") else "PostgreSQL"

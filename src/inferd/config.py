@@ -1,0 +1,282 @@
+"""Settings (environment) and the TOML catalogue, read once and typed.
+
+No other module reads the environment (DESIGN.md rule 6). A wrong configuration file fails at
+start with a message naming the file, the table and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from inferd.errors import ConfigError
+
+MODEL_TYPES = ("chat", "vision-chat", "embeddings", "reranker", "ocr", "ocr-vision", "tts", "asr", "image-gen")
+CAPABILITIES = ("tools", "response_format", "reasoning_effort", "image_input")
+THINKING_MODES = ("none", "hybrid", "always", "never")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Prices in USD: per million tokens, and per generated image."""
+
+    input_per_m_token: float = 0.0
+    output_per_m_token: float = 0.0
+    image_per_generation: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One `[[models]]` entry. Engine-specific keys stay in `options` for the engine to read."""
+
+    id: str
+    type: str = "chat"
+    engine: str = "openai"
+    base_url: str | None = None
+    upstream_model: str | None = None
+    api_key: str | None = None
+    context_length: int | None = None
+    aliases: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()
+    thinking: str = "none"
+    tokenizer: str = "estimate"
+    cost: Cost | None = None
+    model_full_name: str | None = None
+    description: str | None = None
+    use_when: str | None = None
+    timeout_s: float = 600.0
+    model_icon_url: str | None = None
+    owned_by: str = "inferd"
+    prefix_cache: bool = False
+    maintenance: bool = False
+    supported_parameters: tuple[str, ...] | None = None
+    builtin: bool = False
+    deployment: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def deployment_name(self) -> str:
+        """The name usage rows carry in `deployment`."""
+        return self.deployment or self.id
+
+
+@dataclass(frozen=True)
+class IdpConfig:
+    """How `idp_token` values are verified on POST /v1/auth/exchange."""
+
+    issuer: str | None = None
+    audience: str | None = None
+    hs256_secret: str | None = None
+    jwks_file: str | None = None
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """Everything the TOML file holds."""
+
+    models: tuple[ModelConfig, ...] = ()
+    idp: IdpConfig | None = None
+    conversations: Mapping[str, Any] = field(default_factory=dict)
+    batches: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "built-in catalogue"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The environment (CONTRACT.md table), typed. Build with `Settings.from_env()`."""
+
+    config_path: Path | None
+    data_dir: Path
+    database_url: str
+    redis_url: str | None
+    redis_prefix: str
+    model_dir: Path
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Read INFERD_* variables; keyword overrides (from the command line) win."""
+        env = os.environ if environ is None else environ
+        config = overrides.get("config_path") or env.get("INFERD_CONFIG") or None
+        data_dir = Path(overrides.get("data_dir") or env.get("INFERD_DATA_DIR") or "./data").expanduser()
+        database_url = overrides.get("database_url") or env.get("INFERD_DATABASE_URL") or ""
+        if not database_url:
+            database_url = f"sqlite:///{data_dir.resolve() / 'inferd.db'}"
+        model_dir = Path(env.get("INFERD_MODEL_DIR") or "~/.cache/inferd/models").expanduser()
+        return cls(
+            config_path=Path(config).expanduser() if config else None,
+            data_dir=data_dir,
+            database_url=database_url,
+            redis_url=overrides.get("redis_url") or env.get("INFERD_REDIS_URL") or None,
+            redis_prefix=env.get("INFERD_REDIS_PREFIX") or "inferd:",
+            model_dir=model_dir,
+        )
+
+    def environ(self) -> dict[str, str]:
+        """These settings as INFERD_* variables, for worker processes."""
+        values = {
+            "INFERD_DATA_DIR": str(self.data_dir),
+            "INFERD_DATABASE_URL": self.database_url,
+            "INFERD_REDIS_PREFIX": self.redis_prefix,
+            "INFERD_MODEL_DIR": str(self.model_dir),
+        }
+        if self.config_path:
+            values["INFERD_CONFIG"] = str(self.config_path)
+        if self.redis_url:
+            values["INFERD_REDIS_URL"] = self.redis_url
+        return values
+
+
+# --- the TOML file --------------------------------------------------------------------------
+
+_MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
+    "id": str, "type": str, "engine": str, "base_url": str, "upstream_model": str, "api_key": str,
+    "context_length": int, "aliases": list, "capabilities": list, "thinking": str, "tokenizer": str,
+    "cost": dict, "model_full_name": str, "description": str, "use_when": str,
+    "timeout_s": (int, float), "model_icon_url": str, "owned_by": str, "prefix_cache": bool,
+    "maintenance": bool, "supported_parameters": list, "builtin": bool, "deployment": str,
+}
+_COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
+_IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
+_TOP_LEVEL = ("models", "idp", "conversations", "batches")
+
+
+class _Where:
+    """Builds error messages that name the file, the table and the key."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, table: str, key: str | None, problem: str) -> ConfigError:
+        where = f"{table}, key '{key}'" if key else table
+        return ConfigError(f"{self.source}: {where}: {problem}")
+
+
+def _typecheck(where: _Where, table: str, key: str, value: Any, expected: type | tuple[type, ...]) -> None:
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    if isinstance(value, bool) and bool not in kinds:
+        ok = False
+    else:
+        ok = isinstance(value, kinds)
+    if not ok:
+        names = " or ".join(k.__name__ for k in kinds)
+        raise where.fail(table, key, f"expected {names}, got {type(value).__name__} {value!r}")
+
+
+def _string_list(where: _Where, table: str, key: str, value: list[Any], allowed: tuple[str, ...] | None = None
+                 ) -> tuple[str, ...]:
+    for item in value:
+        if not isinstance(item, str):
+            raise where.fail(table, key, f"expected a list of strings, found {item!r}")
+        if allowed is not None and item not in allowed:
+            raise where.fail(table, key, f"unknown value {item!r} (allowed: {', '.join(allowed)})")
+    return tuple(value)
+
+
+def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, tuple[str, ...]]) -> ModelConfig:
+    table = f"[[models]] #{index + 1}"
+    if not isinstance(raw, dict):
+        raise where.fail(table, None, "expected a table")
+    if "id" not in raw:
+        raise where.fail(table, "id", "missing (every model needs an id)")
+    table = f"[[models]] #{index + 1} (id '{raw['id']}')"
+    values: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    engine = raw.get("engine", "openai")
+    if not isinstance(engine, str):
+        raise where.fail(table, "engine", f"expected str, got {engine!r}")
+    builtin = raw.get("builtin") is True
+    if engine not in engine_keys and not builtin:
+        raise where.fail(table, "engine", f"unknown engine {engine!r} (known: {', '.join(sorted(engine_keys))})")
+    own_keys = engine_keys.get(engine, ())
+    for key, value in raw.items():
+        if key in _MODEL_KEYS:
+            _typecheck(where, table, key, value, _MODEL_KEYS[key])
+            values[key] = value
+        elif key in own_keys:
+            options[key] = value
+        else:
+            raise where.fail(table, key, f"unknown key for engine {engine!r}")
+    if not values["id"] or len(values["id"]) > 256:
+        raise where.fail(table, "id", "must be 1 to 256 characters")
+    if values.get("type", "chat") not in MODEL_TYPES:
+        raise where.fail(table, "type", f"unknown model type {values['type']!r} (known: {', '.join(MODEL_TYPES)})")
+    if values.get("thinking", "none") not in THINKING_MODES:
+        raise where.fail(table, "thinking", f"must be one of {', '.join(THINKING_MODES)}")
+    for key in ("aliases", "supported_parameters"):
+        if key in values:
+            values[key] = _string_list(where, table, key, values[key])
+    if "capabilities" in values:
+        values["capabilities"] = _string_list(where, table, "capabilities", values["capabilities"], CAPABILITIES)
+        if "thinking" not in values and "reasoning_effort" in values["capabilities"]:
+            values["thinking"] = "hybrid"
+    if "context_length" in values and values["context_length"] < 1:
+        raise where.fail(table, "context_length", "must be a positive integer")
+    if "timeout_s" in values:
+        if values["timeout_s"] <= 0:
+            raise where.fail(table, "timeout_s", "must be positive")
+        values["timeout_s"] = float(values["timeout_s"])
+    tokenizer = values.get("tokenizer")
+    if tokenizer is not None and tokenizer not in ("upstream", "estimate") and not tokenizer.startswith("hf:"):
+        raise where.fail(table, "tokenizer", "must be 'upstream', 'estimate' or 'hf:PATH'")
+    if "cost" in values:
+        cost = values["cost"]
+        for key, price in cost.items():
+            if key not in _COST_KEYS:
+                raise where.fail(f"{table} cost", key, "unknown price key")
+            _typecheck(where, f"{table} cost", key, price, (int, float))
+            if price < 0:
+                raise where.fail(f"{table} cost", key, "must not be negative")
+        values["cost"] = Cost(**{k: float(v) for k, v in cost.items()})
+    return ModelConfig(options=options, **values)
+
+
+def _parse_idp(where: _Where, raw: Any) -> IdpConfig:
+    if not isinstance(raw, dict):
+        raise where.fail("[idp]", None, "expected a table")
+    for key, value in raw.items():
+        if key not in _IDP_KEYS:
+            raise where.fail("[idp]", key, "unknown key")
+        _typecheck(where, "[idp]", key, value, str)
+    if raw.get("hs256_secret") and raw.get("jwks_file"):
+        raise where.fail("[idp]", "jwks_file", "set either hs256_secret or jwks_file, not both")
+    return IdpConfig(**raw)
+
+
+def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]) -> Catalogue:
+    """Read and check the TOML file; `None` gives the built-in catalogue (empty of models here)."""
+    if path is None:
+        return Catalogue()
+    where = _Where(str(path))
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: configuration file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for key in raw:
+        if key not in _TOP_LEVEL:
+            raise where.fail(f"[{key}]", None, f"unknown table (known: {', '.join(_TOP_LEVEL)})")
+    models_raw = raw.get("models", [])
+    if not isinstance(models_raw, list):
+        raise where.fail("[[models]]", None, "expected an array of tables")
+    models = tuple(_parse_model(where, i, m, engine_keys) for i, m in enumerate(models_raw))
+    seen: dict[str, str] = {}
+    for model in models:
+        for name in (model.id, *model.aliases):
+            if name in seen and seen[name] != model.id:
+                raise where.fail(f"[[models]] (id '{model.id}')", "aliases",
+                                 f"{name!r} already names model {seen[name]!r}")
+            seen[name] = model.id
+    for table in ("conversations", "batches"):
+        if table in raw and not isinstance(raw[table], dict):
+            raise where.fail(f"[{table}]", None, "expected a table")
+    return Catalogue(
+        models=models,
+        idp=_parse_idp(where, raw["idp"]) if "idp" in raw else None,
+        conversations=raw.get("conversations", {}),
+        batches=raw.get("batches", {}),
+        source=str(path),
+    )

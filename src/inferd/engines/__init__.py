@@ -1,0 +1,1 @@
+"""Engines: one small interface (base.py), found through a registry (registry.py)."""

@@ -1,0 +1,82 @@
+"""The Engine interface every model backend implements, and token-count helpers they share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Protocol
+
+import orjson
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """A prompt's size in tokens; `exact` is False for estimates."""
+
+    input_tokens: int
+    context_window: int | None
+    exact: bool
+
+
+class Engine(Protocol):
+    """A model backend. Payloads are OpenAI-shaped dicts with `model` already set for upstream.
+
+    `chat` returns the completion object; `chat_stream` yields each SSE event's data (the JSON
+    bytes of one chunk) and stops at `[DONE]`; closing the iterator aborts the generation.
+    Failures raise `inferd.errors` exceptions: RelayedError for the model's own rejections,
+    EngineTimeout / EngineUnavailable / EngineError otherwise.
+    """
+
+    base_parameters: tuple[str, ...]
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One blocking chat completion."""
+
+    def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[bytes]:
+        """A streamed chat completion, one chunk's JSON bytes at a time."""
+
+    async def count_tokens(self, payload: dict[str, Any]) -> TokenCount:
+        """The prompt tokens `payload` would be billed, as the chat template renders it."""
+
+    async def close(self) -> None:
+        """Release connections and memory."""
+
+
+def _text_bytes(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content.encode("utf-8"))
+    if isinstance(content, list):
+        total = 0
+        for part in content:
+            if isinstance(part, dict):
+                total += len(str(part.get("text", "")).encode("utf-8"))
+                if part.get("type") == "image_url":
+                    total += 4096  # images cost a model-dependent number of tokens; stay above it
+        return total
+    return 0
+
+
+def prompt_upper_bound(payload: dict[str, Any]) -> int:
+    """A cheap bound no tokenizer exceeds: byte-level BPE spends at least one byte per token, and
+    the chat template adds a bounded number of special tokens per message and for tool definitions."""
+    total = 64
+    for message in payload.get("messages") or ():
+        total += 16 + _text_bytes(message.get("content"))
+        if message.get("tool_calls"):
+            total += len(orjson.dumps(message["tool_calls"]))
+        if message.get("name"):
+            total += len(str(message["name"]))
+    if payload.get("tools"):
+        total += 1024 + len(orjson.dumps(payload["tools"]))
+    return total
+
+
+def estimate_tokens(payload: dict[str, Any]) -> int:
+    """A rough count for engines without a tokenizer: about four bytes a token plus template tokens."""
+    total = 3
+    for message in payload.get("messages") or ():
+        total += 4 + (_text_bytes(message.get("content")) + 3) // 4
+        if message.get("tool_calls"):
+            total += len(orjson.dumps(message["tool_calls"])) // 4
+    if payload.get("tools"):
+        total += 16 + len(orjson.dumps(payload["tools"])) // 4
+    return total

@@ -1,0 +1,126 @@
+"""One exception tree. Each class knows its HTTP status, error `type` and `code`.
+
+Errors are raised, never returned; `app.py` maps them to the wire envelope in one place
+(`{error: {message, type, code}}`, CONTRACT.md decision 12).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+class InferdError(Exception):
+    """Base of every error the API reports to a client."""
+
+    status: int = 500
+    type: str = "server_error"
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def envelope(self) -> dict[str, Any]:
+        """The error object as the wire shows it."""
+        error: dict[str, Any] = {"message": self.message, "type": self.type, "code": self.code}
+        if self.param is not None:
+            error["param"] = self.param
+        return {"error": error}
+
+    def body(self) -> bytes:
+        """The JSON response body."""
+        return orjson.dumps(self.envelope())
+
+
+class InvalidRequest(InferdError):
+    status, type, code = 400, "invalid_request_error", "invalid_request"
+
+
+class AuthenticationFailed(InferdError):
+    status, type, code = 401, "authentication_error", "invalid_api_key"
+
+
+class BudgetExceeded(InferdError):
+    status, type, code = 402, "billing_error", "budget_exceeded"
+
+
+class PermissionDenied(InferdError):
+    status, type, code = 403, "permission_error", "permission_denied"
+
+
+class NotFound(InferdError):
+    status, type, code = 404, "not_found_error", "not_found"
+
+
+class MethodNotAllowed(InferdError):
+    status, type, code = 405, "invalid_request_error", "method_not_allowed"
+
+
+class PayloadTooLarge(InferdError):
+    status, type, code = 413, "invalid_request_error", "payload_too_large"
+
+
+class RateLimited(InferdError):
+    status, type, code = 429, "rate_limit_error", "rate_limit_exceeded"
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"Rate limit exceeded: retry after {retry_after} s",
+                         headers={"Retry-After": str(retry_after)})
+        self.retry_after = retry_after
+
+
+class ServiceUnavailable(InferdError):
+    status, type, code = 503, "server_error", "service_unavailable"
+
+
+class EngineError(InferdError):
+    """The engine failed (5xx, broken connection, bad reply)."""
+
+    status, type, code = 502, "engine_error", "upstream_error"
+
+
+class EngineUnavailable(EngineError):
+    status, code = 503, "engine_unavailable"
+
+
+class EngineTimeout(EngineError):
+    status, code = 504, "timeout"
+
+
+class RelayedError(InferdError):
+    """A request the model itself rejected: status and body are passed through as they came."""
+
+    type = "engine_error"
+
+    def __init__(self, status: int, raw_body: bytes, content_type: str = "application/json") -> None:
+        super().__init__(f"upstream answered {status}")
+        self.status = status
+        self.raw_body = raw_body
+        self.content_type = content_type
+
+    def body(self) -> bytes:
+        """The upstream's body when it is a JSON error object, else wrapped in our envelope."""
+        try:
+            parsed = orjson.loads(self.raw_body)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            if isinstance(parsed.get("error"), dict):
+                return self.raw_body
+            # vLLM answers a flat `{object: "error", message, type, param, code}`: wrap it so
+            # clients always find `error`, keeping the upstream's own fields.
+            return orjson.dumps({"error": parsed})
+        text = self.raw_body.decode("utf-8", "replace")[:2000]
+        return orjson.dumps({"error": {"message": text or self.message, "type": "engine_error",
+                                       "code": self.status}})
+
+
+class ConfigError(Exception):
+    """A configuration file or environment value is wrong; raised at start, never over HTTP."""

@@ -1,0 +1,1 @@
+"""Requests-per-minute limits and monthly spend: one-process and many-replica implementations."""

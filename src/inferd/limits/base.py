@@ -1,0 +1,64 @@
+"""The two limit interfaces and the gate that applies them in corridor order."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Awaitable, Callable, Protocol
+
+from inferd.errors import BudgetExceeded, RateLimited
+from inferd.store.keys import KeyRecord
+
+WINDOW_SECONDS = 60.0
+
+SpendLoader = Callable[[str, str], Awaitable[float]]  # (key id, YYYY-MM) -> spend from the database
+
+
+def current_month() -> str:
+    """The budget period: the UTC calendar month, as YYYY-MM."""
+    return datetime.now(timezone.utc).strftime("%Y-%m")
+
+
+class RateLimiter(Protocol):
+    """A sliding-window counter of requests per key."""
+
+    async def hit(self, key: str, limit: int) -> int | None:
+        """Count one request; None when admitted, else whole seconds until a slot frees."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+
+class SpendCounter(Protocol):
+    """This month's spend per charged key."""
+
+    async def current(self, key: str) -> float:
+        """Spend so far this month (USD)."""
+
+    async def add(self, amounts: dict[tuple[str, str], float]) -> None:
+        """Add committed costs, keyed by (key id, month)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+
+class Limits:
+    """Requests per minute first (429), then the monthly budget on metered calls (402)."""
+
+    def __init__(self, rate: RateLimiter, spend: SpendCounter) -> None:
+        self.rate = rate
+        self.spend = spend
+
+    async def admit(self, key: KeyRecord, metered: bool) -> None:
+        """Raise RateLimited or BudgetExceeded, or return when the call may go on."""
+        if key.rpm is not None:
+            retry_after = await self.rate.hit(key.access_key_id, key.rpm)
+            if retry_after is not None:
+                raise RateLimited(retry_after)
+        if metered and key.budget_usd is not None:
+            if await self.spend.current(key.charged_key_id) >= key.budget_usd:
+                raise BudgetExceeded(f"Monthly budget of {key.budget_usd} USD reached for key {key.charged_key_id}")
+
+    async def close(self) -> None:
+        """Release connections."""
+        await self.rate.close()
+        await self.spend.close()

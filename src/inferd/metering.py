@@ -1,0 +1,156 @@
+"""Pricing, usage rows and spend: one writer that group-commits.
+
+Every metered reply waits for its own row's commit before it finishes (before `[DONE]` on a
+stream), so a crash can never lose the row of a reply the client received. All rows waiting
+when the writer wakes go in one transaction, which keeps that durability cheap under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from inferd.config import Cost
+from inferd.limits.base import SpendCounter
+from inferd.store.db import utcnow
+from inferd.store.tables import key_spend, usage_rows
+
+log = logging.getLogger("inferd.metering")
+
+_MAX_COMMIT_ATTEMPTS = 5
+
+
+def token_cost(cost: Cost | None, prompt_tokens: int, completion_tokens: int, factor: float = 1.0) -> float:
+    """USD for a call: tokens priced per million at the model's rates, times `factor` (batches: 0.5)."""
+    if cost is None:
+        return 0.0
+    return factor * (prompt_tokens * cost.input_per_m_token + completion_tokens * cost.output_per_m_token) / 1e6
+
+
+@dataclass
+class Usage:
+    """What one metered call used and who pays for it."""
+
+    org: str
+    deployment: str
+    key_id: str
+    user_id: str | None
+    model: str
+    workspace: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+    latency_ms: int
+    status_code: int
+    cost_usd: float
+    metadata: dict[str, str] | None
+    team_id: int | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The `usage_rows` values for this call."""
+        created_at = utcnow()
+        return {
+            "org": self.org, "deployment": self.deployment, "key_id": self.key_id, "user_id": self.user_id,
+            "team_id": self.team_id, "model": self.model, "workspace": self.workspace,
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens, "latency_ms": self.latency_ms,
+            "status_code": self.status_code, "cost_usd": self.cost_usd, "created_at": created_at,
+            "metadata": orjson.dumps(self.metadata).decode() if self.metadata else None,
+        }
+
+
+class UsageWriter:
+    """Queues usage rows and commits everything waiting in one transaction."""
+
+    def __init__(self, engine: AsyncEngine, spend: SpendCounter) -> None:
+        self._engine = engine
+        self._spend = spend
+        self._pending: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        dialect = engine.dialect.name
+        self._upsert = pg_insert if dialect == "postgresql" else sqlite_insert
+
+    def start(self) -> None:
+        """Start the writer task on the running loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="usage-writer")
+
+    async def record(self, usage: Usage) -> None:
+        """Queue a row and return once it is committed (even if the caller is cancelled meanwhile)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((usage.row(), future))
+        self._wake.set()
+        await asyncio.shield(future)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch, self._pending = self._pending, []
+                await self._commit(batch)
+
+    async def _commit(self, batch: list[tuple[dict[str, Any], asyncio.Future[None]]]) -> None:
+        rows = [row for row, _ in batch]
+        amounts: dict[tuple[str, str], float] = {}
+        for row in rows:
+            if row["cost_usd"]:
+                slot = (row["key_id"], row["created_at"].strftime("%Y-%m"))
+                amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
+        error: BaseException | None = None
+        for attempt in range(_MAX_COMMIT_ATTEMPTS):
+            try:
+                async with self._engine.begin() as conn:
+                    await conn.execute(insert(usage_rows), rows)
+                    if amounts:
+                        stmt = self._upsert(key_spend)
+                        stmt = stmt.on_conflict_do_update(
+                            index_elements=[key_spend.c.key_id, key_spend.c.month],
+                            set_={"spend_usd": key_spend.c.spend_usd + stmt.excluded.spend_usd})
+                        await conn.execute(stmt, [{"key_id": k, "month": m, "spend_usd": c}
+                                                  for (k, m), c in amounts.items()])
+                error = None
+                break
+            except Exception as exc:  # the database may be briefly locked or restarting
+                error = exc
+                log.warning("usage commit failed (attempt %d): %s", attempt + 1, exc)
+                await asyncio.sleep(0.05 * 2 ** attempt)
+        if error is None:
+            try:
+                await self._spend.add(amounts)
+            except Exception as exc:  # the rows are safe; counters reseed from the database
+                log.warning("spend counter update failed: %s", exc)
+        for _, future in batch:
+            if not future.done():
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+
+    async def close(self) -> None:
+        """Commit what is waiting and stop."""
+        if self._pending:
+            batch, self._pending = self._pending, []
+            await self._commit(batch)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+async def load_spend(engine: AsyncEngine, key_id: str, month: str) -> float:
+    """A key's committed spend for a month, from the rollup table."""
+    async with engine.connect() as conn:
+        value = (await conn.execute(select(key_spend.c.spend_usd).where(
+            key_spend.c.key_id == key_id, key_spend.c.month == month))).scalar()
+    return float(value or 0.0)

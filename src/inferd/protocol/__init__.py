@@ -1,0 +1,1 @@
+"""Wire schemas (pydantic), one module per api/ module; they hold no logic."""

@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy Core tables, one repository module per aggregate, alembic migrations."""

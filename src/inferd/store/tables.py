@@ -1,0 +1,81 @@
+"""The schema, as SQLAlchemy Core tables. Migrations (store/migrations) create exactly this."""
+
+from __future__ import annotations
+
+from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, MetaData,
+                        String, Table, Text, UniqueConstraint)
+
+# Every timestamp is a naive UTC datetime, the same on SQLite and PostgreSQL.
+metadata = MetaData()
+
+# BIGINT on PostgreSQL, INTEGER (the rowid alias, so autoincrement works) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+orgs = Table(
+    "orgs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("slug", String(128), nullable=False, unique=True),
+    Column("allowed_models", Text, nullable=False, default="*"),  # "*" or a JSON list of ids/aliases
+    Column("file_attachments", Boolean, nullable=False, default=True),
+    Column("web_search", Boolean, nullable=False, default=False),
+    Column("created_at", DateTime(), nullable=False),
+)
+
+users = Table(
+    "users", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False),
+    Column("subject", String(256), nullable=True),  # the idp `sub`, when known
+    Column("email", String(320), nullable=True),
+    Column("given_name", String(256), nullable=True),
+    Column("family_name", String(256), nullable=True),
+    Column("created_at", DateTime(), nullable=False),
+    UniqueConstraint("org_id", "subject", name="uq_users_org_subject"),
+    UniqueConstraint("org_id", "email", name="uq_users_org_email"),
+)
+
+api_keys = Table(
+    "api_keys", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("access_key_id", String(32), nullable=False, unique=True),
+    Column("secret_hash", String(64), nullable=False),
+    Column("type", String(16), nullable=False),  # application | admin | user
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=True),  # owning user
+    Column("parent_key_id", Integer, ForeignKey("api_keys.id"), nullable=True),  # who minted a user key
+    Column("name", String(256), nullable=True),
+    Column("budget_usd", Float, nullable=True),
+    Column("rpm", Integer, nullable=True),
+    Column("revoked_at", DateTime(), nullable=True),
+    Column("expires_at", DateTime(), nullable=True),
+    Column("created_at", DateTime(), nullable=False),
+)
+
+usage_rows = Table(
+    "usage_rows", metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("org", String(128), nullable=False),
+    Column("deployment", String(256), nullable=False),
+    Column("key_id", String(32), nullable=False),
+    Column("user_id", String(64), nullable=True),
+    Column("team_id", Integer, nullable=True),
+    Column("model", String(256), nullable=False),
+    Column("workspace", String(32), nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("cached_prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("latency_ms", Integer, nullable=False),
+    Column("status_code", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+    Column("metadata", Text, nullable=True),  # JSON object, or NULL for untagged requests
+    Index("ix_usage_rows_key_created", "key_id", "created_at"),
+)
+
+# Monthly spend per charged key, maintained with every usage commit, so budgets load in one read.
+key_spend = Table(
+    "key_spend", metadata,
+    Column("key_id", String(32), primary_key=True),
+    Column("month", String(7), primary_key=True),  # YYYY-MM (UTC)
+    Column("spend_usd", Float, nullable=False),
+)
