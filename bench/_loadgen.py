@@ -101,6 +101,7 @@ class Run:
     ok: int = 0
     failed: int = 0
     warmup_failed: int = 0
+    connections: int = 0  # opened in the whole run; about the concurrency when keep-alive holds
     latencies: list[float] = field(default_factory=list)
     failure_samples: list[str] = field(default_factory=list)
     cpu_start: dict[str, float] = field(default_factory=dict)
@@ -170,7 +171,7 @@ class Run:
             "rps": self.completed / wall if wall else 0.0,
             "p50_ms": percentile(0.50), "p90_ms": percentile(0.90), "p99_ms": percentile(0.99),
             "mean_ms": sum(latencies) / len(latencies) * 1000 if latencies else None,
-            "latency_samples": len(latencies),
+            "latency_samples": len(latencies), "connections": self.connections,
             "gateway_cpu_s": gateway_cpu,
             "gateway_cpu_us_per_req": gateway_cpu / self.ok * 1e6 if gateway_cpu is not None and self.ok else None,
             "gateway_core_busy": gateway_cpu / wall if gateway_cpu is not None and wall else None,
@@ -259,6 +260,7 @@ async def raw_worker(run: Run, host: str, port: int, request: bytes, stream: boo
         try:
             if connection is None or connection.closed:
                 _, connection = await loop.create_connection(_Connection, host, port)
+                run.connections += 1
             connection.waiter = loop.create_future()
             connection.transport.write(request)  # type: ignore[union-attr]
             status, head, tail = await connection.waiter

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -452,8 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     signal.signal(signal.SIGHUP, _raise_on_sigterm)
-    work = tempfile.TemporaryDirectory(prefix="inferd-bench-")
-    work_dir = Path(work.name)
+    work_dir = Path(tempfile.mkdtemp(prefix="inferd-bench-"))
     children = Children(work_dir, args.pin)
     problems: dict[str, str] = {}
     cells: list[dict[str, Any]] = []
@@ -505,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep_logs:
             print(f"logs kept in {work_dir}", file=sys.stderr)
         else:
-            work.cleanup()
+            shutil.rmtree(work_dir, ignore_errors=True)
 
     order = {name: index for index, name in enumerate(TARGETS)}
     cells.sort(key=lambda cell: (args.modes.index(cell["mode"]), cell["concurrency"], order[cell["target"]]))

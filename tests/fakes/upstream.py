@@ -8,10 +8,12 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-stall-after-<N>` streams N chunks, then sends nothing more (mid-stream timeout)
 - `mock-drop-after-<N>`  streams N chunks, then closes the connection without a terminator
 - `mock-error-<STATUS>`  answers STATUS with an upstream-shaped error body
+- `mock-drip-<S>`        streams with S seconds between chunks (records an abort when the client leaves)
 - `mock-reasoning`       also returns `reasoning_content` (message and deltas)
 - `mock-nousage`         never reports usage
 
 Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
+Streams the client abandoned are recorded too: `GET /_aborts` lists `{model, chunks_sent}`.
 Token counts are deterministic (`count_prompt_tokens`), so /tokenize equals the billed usage.
 
 Run: `python tests/fakes/upstream.py --port 9100` (prints `ready <port>` when listening).
@@ -85,6 +87,7 @@ class FakeUpstream:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.aborts: list[dict[str, Any]] = []
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -119,6 +122,7 @@ class FakeUpstream:
         await response.prepare(request)
         stall = _suffix_number(model, "mock-stall-after-")
         drop = _suffix_number(model, "mock-drop-after-")
+        drip = _suffix_number(model, "mock-drip-")
         words, finish = _reply_words(body)
         created = int(time.time())
 
@@ -142,6 +146,14 @@ class FakeUpstream:
             if drop is not None and index >= drop:
                 request.transport.close()  # type: ignore[union-attr]
                 return response
+            if drip:
+                try:
+                    await asyncio.sleep(drip)
+                    await write_split(frame({"content": (" " if index else "") + word}))
+                except (ConnectionResetError, asyncio.CancelledError):
+                    self.aborts.append({"model": model, "chunks_sent": index})
+                    raise
+                continue
             await write_split(frame({"content": (" " if index else "") + word}))
         await write_split(frame({}, finish))
         include_usage = (body.get("stream_options") or {}).get("include_usage")
@@ -162,8 +174,12 @@ class FakeUpstream:
     async def recorded(self, request: web.Request) -> web.Response:
         return web.json_response(self.requests)
 
+    async def recorded_aborts(self, request: web.Request) -> web.Response:
+        return web.json_response(self.aborts)
+
     async def reset(self, request: web.Request) -> web.Response:
         self.requests.clear()
+        self.aborts.clear()
         return web.json_response({"ok": True})
 
 
@@ -174,6 +190,7 @@ def build_app() -> web.Application:
     app.router.add_post("/v1/chat/completions", fake.chat)
     app.router.add_post("/tokenize", fake.tokenize)
     app.router.add_get("/_requests", fake.recorded)
+    app.router.add_get("/_aborts", fake.recorded_aborts)
     app.router.add_post("/_reset", fake.reset)
     return app
 

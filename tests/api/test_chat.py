@@ -1,0 +1,163 @@
+"""POST /v1/chat/completions against the running server, through the official openai SDK."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.upstream import REPLY_WORDS, count_prompt_tokens
+from tests.harness import Server, Upstream, auth
+
+HELLO = [{"role": "user", "content": "Say hello"}]
+PROMPT = count_prompt_tokens({"messages": HELLO})
+REPLY = " ".join(REPLY_WORDS)
+
+
+def client(server: Server, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.v1, api_key=key, max_retries=0, timeout=30)
+
+
+def test_blocking_chat_through_openai_sdk(server: Server, app_key: str) -> None:
+    reply = client(server, app_key).chat.completions.create(model="mock-chat", messages=HELLO)
+    assert reply.choices[0].message.content.startswith("This is the mock upstream")
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.model == "mock-chat"
+    assert reply.usage is not None
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.total_tokens) == (
+        PROMPT, len(REPLY_WORDS), PROMPT + len(REPLY_WORDS))
+
+
+def test_alias_resolves_to_the_model(server: Server, app_key: str) -> None:
+    reply = client(server, app_key).chat.completions.create(model="fast", messages=HELLO)
+    assert reply.model == "mock-chat"
+    assert server.usage_rows(app_key)[-1]["model"] == "mock-chat"
+
+
+def test_streaming_through_openai_sdk_ends_with_usage(server: Server, app_key: str) -> None:
+    stream = client(server, app_key).chat.completions.create(model="mock-chat", messages=HELLO, stream=True)
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == REPLY
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == PROMPT
+    assert chunks[-1].usage.completion_tokens == len(REPLY_WORDS)
+    assert all(c.usage is None for c in chunks[:-1])
+    assert all(c.model == "mock-chat" for c in chunks)
+
+
+def test_stream_frames_on_the_wire(server: Server, app_key: str, upstream: Upstream) -> None:
+    with httpx.stream("POST", server.v1 + "/chat/completions", headers=auth(app_key),
+                      json={"model": "mock-chat", "messages": HELLO, "stream": True}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        body = response.read().decode()
+    frames = [f for f in body.split("\n\n") if f]
+    assert all(f.startswith("data: ") for f in frames)
+    assert frames[-1] == "data: [DONE]"
+    assert '"usage"' in frames[-2]
+    # The client did not ask for usage; the gateway asked the upstream anyway.
+    assert upstream.last_chat_body()["stream_options"] == {"include_usage": True}
+
+
+def test_row_is_committed_before_the_reply_finishes(server: Server, app_key: str) -> None:
+    for stream in (False, True):
+        response = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
+                              json={"model": "mock-chat", "messages": HELLO, "stream": stream})
+        assert response.status_code == 200
+        rows = server.usage_rows(app_key)  # read the moment the reply is complete
+        assert len(rows) == (1 if not stream else 2)
+
+
+def test_passthrough_forwards_unknown_fields_and_strips_metadata(server: Server, app_key: str,
+                                                                 upstream: Upstream) -> None:
+    body = {"model": "mock-chat", "messages": HELLO, "logit_bias": {"42": -100}, "custom_knob": {"a": [1, 2]},
+            "metadata": {"team": "search"}, "temperature": 7.5, "top_k": 3}
+    response = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body)
+    assert response.status_code == 200
+    sent = upstream.last_chat_body()
+    assert sent["model"] == "mock"  # the upstream's own name
+    assert sent["logit_bias"] == {"42": -100} and sent["custom_knob"] == {"a": [1, 2]} and sent["top_k"] == 3
+    assert sent["temperature"] == 7.5  # not range-checked
+    assert "metadata" not in sent
+    assert server.usage_rows(app_key)[-1]["metadata"] == '{"team":"search"}'
+
+
+def test_tools_and_response_format_are_forwarded(server: Server, app_key: str, upstream: Upstream) -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    body = {"model": "mock-chat", "messages": HELLO, "tools": tools, "tool_choice": "auto",
+            "response_format": {"type": "json_object"}}
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body).status_code == 200
+    sent = upstream.last_chat_body()
+    assert sent["tools"] == tools and sent["tool_choice"] == "auto"
+    assert sent["response_format"] == {"type": "json_object"}
+
+
+@pytest.mark.parametrize(("given", "forwarded"), [("minimal", "low"), ("none", "off"), ("high", "high")])
+def test_reasoning_effort_aliases_are_normalised(server: Server, app_key: str, upstream: Upstream,
+                                                 given: str, forwarded: str) -> None:
+    body = {"model": "mock-reason", "messages": HELLO, "reasoning_effort": given}
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body).status_code == 200
+    assert upstream.last_chat_body()["reasoning_effort"] == forwarded
+
+
+def test_models_without_thinking_ignore_reasoning_effort(server: Server, app_key: str, upstream: Upstream) -> None:
+    body = {"model": "mock-chat", "messages": HELLO, "reasoning_effort": "high"}
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body).status_code == 200
+    assert "reasoning_effort" not in upstream.last_chat_body()
+
+
+@pytest.mark.parametrize(("model", "effort"), [("mock-always", "off"), ("mock-always", "none"),
+                                               ("mock-never", "low"), ("mock-never", "high")])
+def test_thinking_rules_reject(server: Server, app_key: str, model: str, effort: str) -> None:
+    body = {"model": model, "messages": HELLO, "reasoning_effort": effort}
+    response = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body)
+    assert response.status_code == 400
+    assert "reasoning_effort" in response.json()["error"]["message"]
+    assert server.usage_rows(app_key) == []
+
+
+def test_thinking_rules_accept(server: Server, app_key: str) -> None:
+    for model, effort in (("mock-always", "high"), ("mock-never", "off")):
+        body = {"model": model, "messages": HELLO, "reasoning_effort": effort}
+        assert httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body).status_code == 200
+
+
+def test_reasoning_is_exposed_blocking_and_streaming(server: Server, app_key: str) -> None:
+    body = {"model": "mock-reason", "messages": HELLO}
+    reply = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body).json()
+    assert reply["choices"][0]["message"]["reasoning"] == "thinking about it"
+    text = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json={**body, "stream": True}).text
+    assert '"reasoning":"thinking"' in text.replace(" ", "")
+
+
+def test_max_tokens_is_capped_at_the_room_left(server: Server, app_key: str, upstream: Upstream) -> None:
+    body = {"model": "mock-small", "messages": HELLO, "max_tokens": 1000}
+    response = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body)
+    assert response.status_code == 200
+    assert upstream.last_chat_body()["max_tokens"] == 64 - PROMPT
+
+
+def test_small_max_tokens_is_left_alone_and_finishes_by_length(server: Server, app_key: str,
+                                                               upstream: Upstream) -> None:
+    body = {"model": "mock-small", "messages": HELLO, "max_tokens": 4}
+    reply = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body).json()
+    assert upstream.last_chat_body()["max_tokens"] == 4
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert reply["usage"]["completion_tokens"] == 4
+
+
+def test_prompt_over_the_context_window_is_400(server: Server, app_key: str) -> None:
+    body = {"model": "mock-small", "messages": [{"role": "user", "content": "word " * 80}]}
+    response = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "context_length_exceeded"
+    assert server.usage_rows(app_key) == []
+
+
+def test_response_without_usage_is_still_billed(server: Server, app_key: str) -> None:
+    reply = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
+                       json={"model": "mock-nousage", "messages": HELLO}).json()
+    assert reply["usage"]["prompt_tokens"] == PROMPT  # counted through /tokenize
+    row = server.usage_rows(app_key)[-1]
+    assert row["prompt_tokens"] == PROMPT and row["completion_tokens"] > 0

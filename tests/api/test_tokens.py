@@ -1,0 +1,78 @@
+"""POST /v1/chat/count_tokens: equals the billed prompt, free, no usage row."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.harness import Server, auth
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a thing by name",
+                                           "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+CONVERSATIONS = [
+    {"messages": [{"role": "user", "content": "Say hello"}]},
+    {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three rivers"}]},
+    {"messages": [{"role": "user", "content": "weather in Paris?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "sunny and warm"}], "tools": TOOLS},
+]
+
+
+@pytest.mark.parametrize("request_body", CONVERSATIONS)
+def test_count_equals_billed_prompt_tokens(server: Server, app_key: str, request_body: dict) -> None:
+    body = {"model": "mock-chat", **request_body}
+    counted = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key),
+                         json={**body, "temperature": 0.2, "max_tokens": 9, "stream": True})  # ignored
+    assert counted.status_code == 200
+    assert counted.json()["context_window"] == 4096
+    assert "x-inferd-token-count" not in counted.headers
+    billed = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body).json()
+    assert counted.json()["input_tokens"] == billed["usage"]["prompt_tokens"]
+    assert len(server.usage_rows(app_key)) == 1  # the completion only; counting writes none
+
+
+def test_count_includes_reasoning_effort(server: Server, app_key: str) -> None:
+    body = {"model": "mock-reason", "messages": [{"role": "user", "content": "think"}], "reasoning_effort": "high"}
+    counted = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key), json=body).json()
+    plain = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key),
+                       json={**body, "reasoning_effort": "off"}).json()
+    billed = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key), json=body).json()
+    assert counted["input_tokens"] == billed["usage"]["prompt_tokens"] > plain["input_tokens"]
+
+
+def test_estimate_mode_says_so(server: Server, app_key: str) -> None:
+    response = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key),
+                          json={"model": "mock-plain", "messages": [{"role": "user", "content": "hello there"}]})
+    assert response.status_code == 200
+    assert response.headers["x-inferd-token-count"] == "estimate"
+    assert response.json()["input_tokens"] > 0 and response.json()["context_window"] is None
+
+
+def test_count_is_free_even_over_budget(server: Server) -> None:
+    key = server.create_key(budget_usd=0)
+    body = {"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=body).status_code == 402
+    assert httpx.post(server.v1 + "/chat/count_tokens", headers=auth(key), json=body).status_code == 200
+    assert server.usage_rows(key) == []
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+    ({"model": "mock-chat", "messages": []}, "messages"),
+    ({"model": "mock-chat", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ({"model": "mock-chat", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"},
+     "reasoning_effort"),
+    ({"model": "mock-chat", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+     "tools[0].function"),
+])
+def test_count_validation(server: Server, app_key: str, body: dict, field: str) -> None:
+    response = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key), json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith(field)
+
+
+def test_count_unknown_model_is_404(server: Server, app_key: str) -> None:
+    response = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key),
+                          json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    assert response.status_code == 404

@@ -1,0 +1,288 @@
+"""Process-level helpers for the tests: the fake upstream, `inferd serve`, keys and usage rows."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from sqlalchemy import select
+
+from inferd.auth.keys import hash_secret, mint
+from inferd.cli.keys import create_key
+from inferd.store.db import create_engine, migrate
+from inferd.store.keys import KeyRepository
+from inferd.store.orgs import OrgRepository
+from inferd.store.tables import api_keys, key_spend, usage_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+INFERD = str(VENV_BIN / "inferd")
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pg_create_database(url: str, name: str) -> str:
+    """Create database `name` on the server `url` names; returns the URL of the new database."""
+    import asyncpg
+
+    async def go() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+def pg_drop_database(url: str, name: str) -> None:
+    """Drop a database created by `pg_create_database`."""
+    import asyncpg
+
+    async def go() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where state lives in this run."""
+
+    database_url: str
+    redis_url: str | None
+    redis_prefix: str
+
+    def env(self) -> dict[str, str]:
+        """INFERD_* variables for a server or CLI process."""
+        values = {"INFERD_DATABASE_URL": self.database_url, "INFERD_REDIS_PREFIX": self.redis_prefix}
+        if self.redis_url:
+            values["INFERD_REDIS_URL"] = self.redis_url
+        return values
+
+
+def clean_env(extra: dict[str, str]) -> dict[str, str]:
+    """The test process's environment without INFERD_* settings, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Upstream:
+    """The fake upstream engine process."""
+
+    process: subprocess.Popen[str]
+    url: str
+
+    @classmethod
+    def start(cls) -> "Upstream":
+        """Start tests/fakes/upstream.py on a free port."""
+        process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakes" / "upstream.py"), "--port", "0"],
+                                   stdout=subprocess.PIPE, text=True)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("ready "):
+            process.kill()
+            raise RuntimeError(f"fake upstream did not start: {line!r}")
+        return cls(process, f"http://127.0.0.1:{int(line.split()[1])}")
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Bodies the fake received, oldest first."""
+        return list(httpx.get(self.url + "/_requests").json())
+
+    def last_chat_body(self) -> dict[str, Any]:
+        """The body of the newest chat request the fake received."""
+        chats = [r for r in self.requests() if r["path"] == "/v1/chat/completions"]
+        return dict(chats[-1]["body"])
+
+    def aborts(self) -> list[dict[str, Any]]:
+        """Streams whose client went away."""
+        return list(httpx.get(self.url + "/_aborts").json())
+
+    def stop(self) -> None:
+        """Stop the process."""
+        self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def write_config(path: Path, template: str, upstream: Upstream) -> Path:
+    """Write a TOML catalogue naming the fake upstream."""
+    path.write_text(template.format(upstream=upstream.url, dead_port=free_port()), encoding="utf-8")
+    return path
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@dataclass
+class Server:
+    """A running `inferd serve`."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str
+    backend: Backend
+    data_dir: Path
+    config: Path
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, data_dir: Path, backend: Backend, config: Path, extra_env: dict[str, str] | None = None,
+              args: tuple[str, ...] = ()) -> "Server":
+        """Start a server and wait until it answers."""
+        port = free_port()
+        env = clean_env({**backend.env(), **(extra_env or {})})
+        log_path = data_dir / f"server-{port}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen([INFERD, "serve", "--host", "127.0.0.1", "--port", str(port), "--config",
+                                        str(config), "--data-dir", str(data_dir), "--no-batch-worker", *args],
+                                       stdout=log, stderr=subprocess.STDOUT, env=env)
+        server = cls(process, f"http://127.0.0.1:{port}", backend, data_dir, config, log_path, env)
+        server.wait_ready()
+        return server
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Poll until the server answers HTTP."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited {self.process.returncode}: {self.log()}")
+            try:
+                httpx.get(self.base_url + "/openapi.json", timeout=1.0)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"server did not start: {self.log()}")
+
+    def log(self) -> str:
+        """What the server printed."""
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the process."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    @property
+    def v1(self) -> str:
+        """The API base URL."""
+        return self.base_url + "/v1"
+
+    # --- state, through the project's own storage code on the same database ---------------
+
+    async def _with_db(self, work: Any) -> Any:
+        engine = create_engine(self.backend.database_url)
+        try:
+            await migrate(engine)
+            return await work(engine)
+        finally:
+            await engine.dispose()
+
+    def create_key(self, org: str | None = None, key_type: str = "application", budget_usd: float | None = None,
+                   rpm: int | None = None, user_email: str | None = None) -> str:
+        """Mint a key (in a fresh org unless named) and return the full bearer token."""
+        org = org or f"org-{uuid.uuid4().hex[:8]}"
+
+        async def work(engine: Any) -> tuple[str, str]:
+            return await create_key(engine, org, key_type, None, user_email, budget_usd, rpm)
+
+        access_key_id, secret = _run(self._with_db(work))
+        return f"{access_key_id}:{secret}"
+
+    def create_org(self, slug: str, models: tuple[str, ...] | None) -> None:
+        """Create an org with an allow-list."""
+
+        async def work(engine: Any) -> None:
+            await OrgRepository(engine).create(slug, models)
+
+        _run(self._with_db(work))
+
+    def create_user_key(self, parent_full_key: str, expires_at: datetime | None = None,
+                        key_type: str = "user") -> str:
+        """A key minted under `parent_full_key`'s org (as the exchange will), for tests of key types."""
+        parent_id = parent_full_key.split(":")[0]
+
+        async def work(engine: Any) -> str:
+            async with engine.connect() as conn:
+                parent = (await conn.execute(select(api_keys).where(api_keys.c.access_key_id == parent_id))
+                          ).mappings().one()
+            access_key_id, secret = mint()
+            await KeyRepository(engine).create(
+                access_key_id=access_key_id, secret_hash=hash_secret(secret), key_type=key_type,
+                org_id=parent["org_id"], parent_key_id=parent["id"] if key_type == "user" else None,
+                expires_at=expires_at)
+            return f"{access_key_id}:{secret}"
+
+        return str(_run(self._with_db(work)))
+
+    def usage_rows(self, full_key: str) -> list[dict[str, Any]]:
+        """Usage rows charged to a key, oldest first."""
+        key_id = full_key.split(":")[0]
+
+        async def work(engine: Any) -> list[dict[str, Any]]:
+            async with engine.connect() as conn:
+                rows = await conn.execute(select(usage_rows).where(usage_rows.c.key_id == key_id)
+                                          .order_by(usage_rows.c.id))
+                return [dict(r) for r in rows.mappings()]
+
+        return list(_run(self._with_db(work)))
+
+    def spend(self, full_key: str) -> float:
+        """The key's spend in the rollup table (all months)."""
+        key_id = full_key.split(":")[0]
+
+        async def work(engine: Any) -> float:
+            async with engine.connect() as conn:
+                values = (await conn.execute(select(key_spend.c.spend_usd).where(key_spend.c.key_id == key_id))
+                          ).scalars().all()
+                return float(sum(values))
+
+        return float(_run(self._with_db(work)))
+
+    def key_row(self, full_key: str) -> dict[str, Any]:
+        """The stored row of a key."""
+        key_id = full_key.split(":")[0]
+
+        async def work(engine: Any) -> dict[str, Any]:
+            async with engine.connect() as conn:
+                return dict((await conn.execute(select(api_keys).where(api_keys.c.access_key_id == key_id))
+                             ).mappings().one())
+
+        return dict(_run(self._with_db(work)))
+
+
+def auth(full_key: str) -> dict[str, str]:
+    """The Authorization header for a key."""
+    return {"Authorization": f"Bearer {full_key}"}

@@ -1,0 +1,56 @@
+"""Usage rows: every field, prices, cached prompt tokens, rows for failed engine calls."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
+
+from tests.fakes.upstream import count_prompt_tokens
+from tests.harness import Server, auth
+
+MESSAGES = [{"role": "user", "content": "Tell me something"}]
+
+
+def test_row_has_every_field(server: Server) -> None:
+    key = server.create_key(org="metered-org", user_email="ann@example.com")
+    before = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=1)
+    reply = httpx.post(server.v1 + "/chat/completions", headers=auth(key),
+                       json={"model": "fast", "messages": MESSAGES, "metadata": {"team": "a", "env": "prod"}}).json()
+    row = server.usage_rows(key)[-1]
+    prompt = count_prompt_tokens({"messages": MESSAGES})
+    assert row["org"] == "metered-org" and row["deployment"] == "mock-chat" and row["model"] == "mock-chat"
+    assert row["key_id"] == key.split(":")[0] and row["user_id"] is not None
+    assert row["workspace"] == "chat" and row["status_code"] == 200 and row["team_id"] is None
+    assert row["prompt_tokens"] == prompt == reply["usage"]["prompt_tokens"]
+    assert row["completion_tokens"] == reply["usage"]["completion_tokens"]
+    assert row["cached_prompt_tokens"] == prompt // 2  # prefix_cache = true on mock-chat
+    assert row["cost_usd"] == pytest.approx((prompt * 1.0 + row["completion_tokens"] * 2.0) / 1e6)
+    assert row["latency_ms"] >= 0 and row["created_at"] >= before
+    assert row["metadata"] == '{"team":"a","env":"prod"}'
+
+
+def test_no_price_costs_nothing_and_cache_off_reports_zero(server: Server, app_key: str) -> None:
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
+                      json={"model": "mock-plain", "messages": MESSAGES}).status_code == 200
+    row = server.usage_rows(app_key)[-1]
+    assert row["cost_usd"] == 0 and row["cached_prompt_tokens"] == 0 and row["metadata"] is None
+
+
+def test_refused_calls_write_no_row(server: Server) -> None:
+    key = server.create_key(rpm=1)
+    bad = [{"model": "mock-chat"}, {"model": "unknown", "messages": MESSAGES},
+           {"model": "mock-maint", "messages": MESSAGES}]
+    for body in bad:
+        assert httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=body).status_code >= 400
+    assert server.usage_rows(key) == []
+
+
+def test_streamed_and_blocking_cost_the_same(server: Server, app_key: str) -> None:
+    for stream in (False, True):
+        httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
+                   json={"model": "mock-chat", "messages": MESSAGES, "stream": stream})
+    blocking, streamed = server.usage_rows(app_key)
+    for field in ("prompt_tokens", "completion_tokens", "cost_usd", "cached_prompt_tokens"):
+        assert blocking[field] == streamed[field]
