@@ -70,16 +70,20 @@ def self_cpu_seconds() -> float:
     return times.user + times.system
 
 
-def steal_seconds(cores: list[int]) -> float:
-    """Seconds the hypervisor took from these cores so far (the steal column of /proc/stat)."""
+def core_seconds(cores: list[int]) -> tuple[float, float]:
+    """(busy, stolen) seconds of these cores so far, from /proc/stat.
+
+    Busy is user+nice+system+irq+softirq; stolen is the time the hypervisor ran something else.
+    """
     wanted = {f"cpu{core}".encode() for core in cores}
-    total = 0
+    busy = steal = 0
     with open("/proc/stat", "rb") as stat_file:
         for line in stat_file:
             fields = line.split()
             if fields and fields[0] in wanted and len(fields) > 8:
-                total += int(fields[8])
-    return total / CLOCK_TICKS
+                busy += sum(int(fields[index]) for index in (1, 2, 3, 6, 7))
+                steal += int(fields[8])
+    return busy / CLOCK_TICKS, steal / CLOCK_TICKS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,8 +114,9 @@ class Run:
 
     def snapshot(self) -> dict[str, float]:
         """CPU seconds of the gateway, of this process, of the upstream, and stolen from the cores."""
+        busy, steal = core_seconds(self.cores)
         cpu = {"loadgen": self_cpu_seconds(), "upstream": sum(tree_cpu_seconds(pid) for pid in self.client_pids),
-               "steal": steal_seconds(self.cores)}
+               "cores_busy": busy, "steal": steal}
         if self.gateway_pid:
             cpu["gateway"] = tree_cpu_seconds(self.gateway_pid)
         return cpu
@@ -178,7 +183,11 @@ class Run:
             "client_core_busy": (used("loadgen") + used("upstream")) / wall if wall else None,
             "loadgen_cpu_us_per_req": used("loadgen") * per_request,
             "upstream_cpu_us_per_req": used("upstream") * per_request,
-            "steal": used("steal") / (wall * max(1, len(self.cores))) if wall else None,
+            # Whatever else ran on the two cores (other processes, the hypervisor), in cores' worth:
+            # a run with much of it is noisy.
+            "steal": used("steal") / wall if wall and self.cores else None,
+            "foreign": max(0.0, used("cores_busy") - used("loadgen") - used("upstream") - (gateway_cpu or 0.0))
+            / wall if wall and self.cores else None,
         }
 
 

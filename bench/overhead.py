@@ -44,6 +44,7 @@ TARGETS = ("direct", "passthrough", "inferd")
 MODES = ("blocking", "stream")
 CPU_RATIO_TARGET = 1.5
 P50_DELTA_TARGET_MS = 1.0
+NOISE_WARNING = 0.10  # of a core used by anything else on the two cores during a measured phase
 PROMPT = [{"role": "user", "content": "Say hello to the benchmark"}]
 INFERD_CONFIG = """\
 [[models]]
@@ -144,12 +145,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
+
+
 def post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float = 30) -> tuple[int, bytes]:
     """One POST with the standard library: (status, body)."""
     request = urllib.request.Request(url, data=orjson.dumps(body), method="POST",
                                      headers={"Content-Type": "application/json", **headers})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _OPENER.open(request, timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
@@ -249,7 +253,7 @@ def start_inferd(children: Children, core: int, upstream_port: int, work_dir: Pa
     deadline = time.monotonic() + startup_timeout
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
+            with _OPENER.open(f"http://127.0.0.1:{port}/v1/models", timeout=2):
                 break
         except urllib.error.HTTPError:
             break  # any HTTP status means it is serving
@@ -290,10 +294,12 @@ def run_cell(children: Children, args: argparse.Namespace, target: Target, mode:
     process = subprocess.Popen(children.pinned(args.client_core, argv), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
     children.processes.append(("loadgen", process))
-    # A --requests run has no fixed length; otherwise allow generously for start-up and draining.
-    timeout = None if args.requests else args.warmup + args.duration + 60
+    # Allow generously for start-up and draining; a --requests run assumes at least 50 req/s.
+    timeout = args.warmup + 60 + (args.requests / 50 if args.requests else args.duration)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"load generator against {target.name} did not finish within {timeout:.0f}s") from None
     finally:
         children.stop(process)
         children.forget(process)
@@ -303,7 +309,7 @@ def run_cell(children: Children, args: argparse.Namespace, target: Target, mode:
 
 
 SUMMARY_FIELDS = ("rps", "p50_ms", "p90_ms", "p99_ms", "gateway_cpu_us_per_req", "gateway_core_busy",
-                  "client_core_busy", "loadgen_cpu_us_per_req", "upstream_cpu_us_per_req", "steal")
+                  "client_core_busy", "loadgen_cpu_us_per_req", "upstream_cpu_us_per_req", "steal", "foreign")
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -330,16 +336,17 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 def print_table(cells: list[dict[str, Any]]) -> None:
     """One line per (target, mode, concurrency)."""
     header = (f"{'target':<12}{'mode':<10}{'conc':>5}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-              f"{'gw CPU us/req':>15}{'gw core':>9}{'client core':>13}{'steal':>7}{'failed':>8}")
+              f"{'gw CPU us/req':>15}{'gw core':>9}{'client core':>13}{'other':>7}{'failed':>8}")
     print(header)
     print("-" * len(header))
     for cell in cells:
         s = cell["summary"]
         busy = (lambda v: _fmt(None if v is None else min(v, 1.0) * 100, ".0f", "%"))  # ticks round past 100
+        other = None if s["foreign"] is None else s["foreign"] + (s["steal"] or 0.0)
         print(f"{cell['target']:<12}{cell['mode']:<10}{cell['concurrency']:>5}{_fmt(s['rps'], '.0f'):>10}"
               f"{_fmt(s['p50_ms'], '.3f'):>9}{_fmt(s['p99_ms'], '.3f'):>9}"
               f"{_fmt(s['gateway_cpu_us_per_req'], '.0f'):>15}{busy(s['gateway_core_busy']):>9}"
-              f"{busy(s['client_core_busy']):>13}{busy(s['steal']):>7}{s['failed']:>8}")
+              f"{busy(s['client_core_busy']):>13}{busy(other):>7}{s['failed']:>8}")
 
 
 def compare(cells: list[dict[str, Any]], concurrencies: list[int], modes: list[str]) -> dict[str, Any]:
@@ -445,14 +452,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _raise_on_sigterm(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    signal.signal(signal.SIGHUP, _raise_on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     work_dir = Path(tempfile.mkdtemp(prefix="inferd-bench-"))
     children = Children(work_dir, args.pin)
     problems: dict[str, str] = {}
@@ -488,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[{step:>3}/{total}] {target.name:<12}{mode:<9} c={concurrency:<3} "
                           f"round {round_number + 1}: {result['rps']:8.0f} req/s  p50 "
                           f"{_fmt(result['p50_ms'], '.3f')} ms  gw CPU "
-                          f"{_fmt(result['gateway_cpu_us_per_req'], '.0f')} us/req"
+                          f"{_fmt(result['gateway_cpu_us_per_req'], '.0f')} us/req  other "
+                          f"{_fmt(None if result['foreign'] is None else (result['foreign'] + result['steal']) * 100, '.0f', '%')}"
                           f"{'  FAILED ' + str(result['failed'] + result['warmup_failed']) if result['failed'] + result['warmup_failed'] else ''}",
                           file=sys.stderr, flush=True)
             for target in targets:
@@ -514,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{f'{args.requests} requests' if args.requests else f'{args.duration:g} s'} per cell; "
           f"gateway on core {args.gateway_core}, upstream and load on core {args.client_core}"
           f"{'' if args.pin else ' (unpinned)'}; figures are medians over rounds")
+    print("gw core / client core: CPU used by the gateway / by the fake upstream and load generator; other: by\n"
+          "anything else on those two cores (other processes, hypervisor steal). All in % of one core.")
     print_table(cells)
     comparison = compare(cells, args.concurrency, args.modes)
     print_comparison(comparison)
@@ -523,6 +534,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         for sample in summary["failure_samples"]:
             print(f"  {sample}", file=sys.stderr)
+    noisy = [cell for cell in cells if cell["summary"]["foreign"] is not None
+             and cell["summary"]["foreign"] + (cell["summary"]["steal"] or 0.0) > NOISE_WARNING]
+    if noisy:
+        print(f"\nwarning: in {len(noisy)} of {len(cells)} cells something else used more than "
+              f"{NOISE_WARNING:.0%} of a core on the benchmark's cores ('other'); those figures are unreliable, "
+              f"run again on a quiet machine", file=sys.stderr)
     for name, problem in problems.items():
         print(f"\n{name} not measured: {problem}", file=sys.stderr)
     if args.json:

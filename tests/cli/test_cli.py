@@ -1,0 +1,105 @@
+"""The command line exactly as CONTRACT.md: serve's first key, orgs create, keys create/revoke."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import uuid
+from pathlib import Path
+
+import httpx
+
+from tests.harness import INFERD, Backend, Server, auth, clean_env, pg_create_database, pg_drop_database
+
+BODY = {"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def inferd(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
+    env = clean_env({**server.backend.env(), "INFERD_CONFIG": str(server.config),
+                     "INFERD_DATA_DIR": str(server.data_dir)})
+    return subprocess.run([INFERD, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_keys_create_prints_the_full_key_last(server: Server) -> None:
+    result = inferd(server, "keys", "create", "--org", f"cli-{uuid.uuid4().hex[:6]}", "--type", "application",
+                    "--name", "ci", "--rpm", "100", "--budget-usd", "5")
+    assert result.returncode == 0, result.stderr
+    full_key = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"IFDK[A-Z0-9]{28}:[0-9a-f]{64}", full_key)
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(full_key), json=BODY).status_code == 200
+    row = server.key_row(full_key)
+    assert row["rpm"] == 100 and row["budget_usd"] == 5 and row["type"] == "application" and row["name"] == "ci"
+
+
+def test_keys_create_json_and_revoke(server: Server) -> None:
+    org = f"cli-{uuid.uuid4().hex[:6]}"
+    result = inferd(server, "keys", "create", "--org", org, "--type", "admin", "--json")
+    assert result.returncode == 0, result.stderr
+    created = json.loads(result.stdout)
+    assert set(created) == {"access_key_id", "secret", "full_key", "org", "type"}
+    assert created["full_key"] == f"{created['access_key_id']}:{created['secret']}"
+    assert created["org"] == org and created["type"] == "admin"
+    key = created["full_key"]
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=BODY).status_code == 200
+    revoked = inferd(server, "keys", "revoke", created["access_key_id"])
+    assert revoked.returncode == 0, revoked.stderr
+    response = httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=BODY)
+    assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error"
+    assert inferd(server, "keys", "revoke", created["access_key_id"]).returncode != 0
+
+
+def test_keys_create_with_user_owner(server: Server) -> None:
+    result = inferd(server, "keys", "create", "--org", f"cli-{uuid.uuid4().hex[:6]}", "--type", "application",
+                    "--user", "bob@example.com", "--json")
+    key = json.loads(result.stdout)["full_key"]
+    assert server.key_row(key)["user_id"] is not None
+
+
+def test_orgs_create_with_allow_list_and_flags(server: Server) -> None:
+    org = f"cli-{uuid.uuid4().hex[:6]}"
+    created = inferd(server, "orgs", "create", org, "--models", "mock-plain,fast", "--no-file-attachments",
+                     "--web-search")
+    assert created.returncode == 0, created.stderr
+    assert inferd(server, "orgs", "create", org).returncode != 0  # already exists
+    key = json.loads(inferd(server, "keys", "create", "--org", org, "--type", "application", "--json").stdout)
+    listed = httpx.get(server.v1 + "/models", headers=auth(key["full_key"])).json()
+    assert {m["id"] for m in listed["data"]} == {"mock-plain", "mock-chat"}
+
+
+def test_serve_bootstraps_a_default_org_and_prints_one_key(tmp_path: Path, backend: Backend,
+                                                           config_file: Path) -> None:
+    fresh_name = None
+    if backend.database_url.startswith("sqlite"):
+        fresh = Backend(f"sqlite:///{tmp_path / 'fresh.db'}", None, backend.redis_prefix)
+    else:  # a database of its own: the run's shared one already has orgs
+        fresh_name = f"inferd_fresh_{uuid.uuid4().hex[:8]}"
+        fresh = Backend(pg_create_database(backend.database_url, fresh_name), backend.redis_url,
+                        backend.redis_prefix)
+    try:
+        _check_bootstrap(tmp_path, fresh, config_file)
+    finally:
+        if fresh_name:
+            pg_drop_database(backend.database_url, fresh_name)
+
+
+def _check_bootstrap(tmp_path: Path, fresh: Backend, config_file: Path) -> None:
+    first = Server.start(tmp_path, fresh, config_file)
+    try:
+        lines = first.log().splitlines()
+        keys = [line for line in lines if re.fullmatch(r"IFDK[A-Z0-9]{28}:[0-9a-f]{64}", line)]
+        assert len(keys) == 1
+        assert httpx.post(first.v1 + "/chat/completions", headers=auth(keys[0]), json=BODY).status_code == 200
+    finally:
+        first.stop()
+    second = Server.start(tmp_path, fresh, config_file)
+    try:
+        assert not re.search(r"IFDK[A-Z0-9]{28}:", second.log())  # only the first start prints a key
+    finally:
+        second.stop()
+
+
+def test_workers_above_one_need_redis(tmp_path: Path, config_file: Path) -> None:
+    result = subprocess.run([INFERD, "serve", "--workers", "2", "--config", str(config_file), "--data-dir",
+                             str(tmp_path)], capture_output=True, text=True, env=clean_env({}), timeout=60)
+    assert result.returncode != 0 and "INFERD_REDIS_URL" in result.stderr
