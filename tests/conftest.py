@@ -125,6 +125,13 @@ base_url = "http://127.0.0.1:{dead_port}/v1"
 upstream_model = "mock"
 
 [[models]]
+id = "mock-hf"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+tokenizer = "hf:{tokenizer}"
+context_length = 2048
+
+[[models]]
 id = "mock-embed"
 type = "embeddings"
 base_url = "{upstream}/v1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -131,9 +132,31 @@ class Upstream:
             self.process.stdout.close()
 
 
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if tools %}<|im_start|>tools\n{{ tools | tojson }}<|im_end|>\n{% endif %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def write_chatml_tokenizer(folder: Path) -> Path:
+    """A small word-level tokenizer with a ChatML template, built here so tests know its counts:
+    one token per whitespace-separated word or punctuation run, one per special token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": CHATML, "eos_token": "<|im_end|>"}), encoding="utf-8")
+    return folder
+
+
 def write_config(path: Path, template: str, upstream: Upstream) -> Path:
-    """Write a TOML catalogue naming the fake upstream."""
-    path.write_text(template.format(upstream=upstream.url, dead_port=free_port()), encoding="utf-8")
+    """Write a TOML catalogue naming the fake upstream (and a local tokenizer beside it)."""
+    tokenizer = write_chatml_tokenizer(path.parent / "chatml-tokenizer")
+    path.write_text(template.format(upstream=upstream.url, dead_port=free_port(), tokenizer=tokenizer),
+                    encoding="utf-8")
     return path
 
 

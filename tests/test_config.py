@@ -24,6 +24,7 @@ CASES = [
     (GOOD + 'capabilities = ["telepathy"]\n', ["capabilities", "telepathy"]),
     (GOOD + 'cost = { input_per_m_token = "free" }\n', ["cost", "input_per_m_token"]),
     (GOOD + 'tokenizer = "magic"\n', ["tokenizer"]),
+    (GOOD + 'tokenizer = "hf:no/such/dir"\n', ["tokenizer", "no tokenizer.json"]),
     (GOOD + '[[models]]\nid = "n"\nbase_url = "http://x/v1"\naliases = ["m"]\n', ["aliases", "'m'"]),
     ('[[models]]\nbase_url = "http://x/v1"\n', ["[[models]] #1", "'id'", "missing"]),
     ('[idp]\nissuer = 5\n', ["[idp]", "issuer"]),

@@ -219,8 +219,16 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
             raise where.fail(table, "timeout_s", "must be positive")
         values["timeout_s"] = float(values["timeout_s"])
     tokenizer = values.get("tokenizer")
-    if tokenizer is not None and tokenizer not in ("upstream", "estimate") and not tokenizer.startswith("hf:"):
-        raise where.fail(table, "tokenizer", "must be 'upstream', 'estimate' or 'hf:PATH'")
+    if tokenizer is not None and tokenizer not in ("upstream", "estimate"):
+        if not tokenizer.startswith("hf:"):
+            raise where.fail(table, "tokenizer", "must be 'upstream', 'estimate' or 'hf:PATH'")
+        local = Path(tokenizer[3:]).expanduser()
+        if not local.is_absolute():
+            local = Path(where.source).parent / local
+        wanted = local / "tokenizer.json" if local.is_dir() else local
+        if not wanted.is_file():
+            raise where.fail(table, "tokenizer", f"no tokenizer.json at {wanted}")
+        values["tokenizer"] = f"hf:{local.resolve()}"
     if "cost" in values:
         cost = values["cost"]
         for key, price in cost.items():

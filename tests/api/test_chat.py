@@ -161,3 +161,12 @@ def test_response_without_usage_is_still_billed(server: Server, app_key: str) ->
     assert reply["usage"]["prompt_tokens"] == PROMPT  # counted through /tokenize
     row = server.usage_rows(app_key)[-1]
     assert row["prompt_tokens"] == PROMPT and row["completion_tokens"] > 0
+
+
+def test_top_p_defaults_to_one(server: Server, app_key: str, upstream: Upstream) -> None:
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
+                      json={"model": "mock-chat", "messages": HELLO}).status_code == 200
+    assert upstream.last_chat_body()["top_p"] == 1.0
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
+                      json={"model": "mock-chat", "messages": HELLO, "top_p": 0.3}).status_code == 200
+    assert upstream.last_chat_body()["top_p"] == 0.3

@@ -76,3 +76,14 @@ def test_count_unknown_model_is_404(server: Server, app_key: str) -> None:
     response = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key),
                           json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
     assert response.status_code == 404
+
+
+def test_local_hf_tokenizer_counts_with_the_chat_template(server: Server, app_key: str) -> None:
+    # ChatML: per message <|im_start|> role \n content <|im_end|>, then <|im_start|> assistant.
+    body = {"model": "mock-hf", "messages": [{"role": "system", "content": "Be brief ."},
+                                             {"role": "user", "content": "Say hello"}]}
+    response = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key), json=body)
+    assert response.status_code == 200 and "x-inferd-token-count" not in response.headers
+    assert response.json() == {"input_tokens": (1 + 1 + 3 + 1) + (1 + 1 + 2 + 1) + 2, "context_window": 2048}
+    with_tools = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key), json={**body, "tools": TOOLS})
+    assert with_tools.json()["input_tokens"] > response.json()["input_tokens"] + 10

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import orjson
 
@@ -14,6 +15,7 @@ from inferd.errors import InferdError
 from inferd.limits.base import Limits
 from inferd.services.chat import ChatService
 
+log = logging.getLogger("inferd.api.chat")
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
@@ -45,6 +47,10 @@ class ChatCompletionsRoute:
             return
         except ClientGone:
             return
+        except Exception:
+            log.exception("chat completion failed")
+            await send_error(send, InferdError("Internal server error"))
+            return
         await self._stream(call, receive, send)
 
     async def _stream(self, call: object, receive: Receive, send: Send) -> None:
@@ -59,10 +65,21 @@ class ChatCompletionsRoute:
                 watcher.cancel()
                 await send_error(send, exc)
                 return
+            except Exception:
+                log.exception("chat stream failed before its first chunk")
+                watcher.cancel()
+                await send_error(send, InferdError("Internal server error"))
+                return
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             await send({"type": "http.response.body", "body": first, "more_body": True})
-            async for frame in frames:
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
+            try:
+                async for frame in frames:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+            except Exception:  # e.g. the usage row could not be committed: no [DONE] then
+                log.exception("chat stream failed")
+                error = InferdError("Internal server error").envelope()
+                await send({"type": "http.response.body", "body": b"data: " + orjson.dumps(error) + b"\n\n",
+                            "more_body": True})
             watcher.cancel()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 
 from inferd.api.asgi import (JSON_HEADERS, ClientGone, Receive, Scope, Send, header, read_json_object,
@@ -13,6 +15,7 @@ from inferd.errors import InferdError
 from inferd.limits.base import Limits
 from inferd.services.chat import apply_thinking
 
+log = logging.getLogger("inferd.api.tokens")
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
@@ -46,6 +49,10 @@ class CountTokensRoute:
             await send_error(send, exc)
             return
         except ClientGone:
+            return
+        except Exception:
+            log.exception("token count failed")
+            await send_error(send, InferdError("Internal server error"))
             return
         headers = JSON_HEADERS if count.exact else [*JSON_HEADERS, (b"x-inferd-token-count", b"estimate")]
         await send_bytes(send, 200, orjson.dumps({"input_tokens": count.input_tokens,

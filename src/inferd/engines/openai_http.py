@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import aiohttp
@@ -11,6 +12,7 @@ import orjson
 
 from inferd.config import ModelConfig
 from inferd.engines.base import TokenCount, estimate_tokens
+from inferd.engines.hf_tokenizer import ChatTemplateTokenizer
 from inferd.errors import ConfigError, EngineError, EngineTimeout, EngineUnavailable, RelayedError
 
 if TYPE_CHECKING:
@@ -61,6 +63,9 @@ class OpenAIHTTPEngine:
                                               sock_read=model.timeout_s)
         self._timeout_s = model.timeout_s
         self._tokenizer = model.tokenizer
+        self._local: ChatTemplateTokenizer | None = None
+        if model.tokenizer.startswith("hf:"):
+            self._local = ChatTemplateTokenizer(Path(model.tokenizer[3:]))
         self._context_length = model.context_length
         self._session: aiohttp.ClientSession | None = None
 
@@ -142,7 +147,9 @@ class OpenAIHTTPEngine:
                 response.close()  # drop the connection: the upstream sees the abort and stops generating
 
     async def count_tokens(self, payload: dict[str, Any]) -> TokenCount:
-        """Count through the upstream's `POST /tokenize`, or estimate when configured so."""
+        """Count through the upstream's `POST /tokenize`, a local tokenizer, or an estimate."""
+        if self._local is not None:
+            return TokenCount(self._local.count(payload), self._context_length, exact=True)
         if self._tokenizer != "upstream":
             return TokenCount(estimate_tokens(payload), self._context_length, exact=False)
         request: dict[str, Any] = {"model": payload["model"], "messages": payload["messages"],

@@ -87,6 +87,8 @@ class ChatService:
         payload = dict(body)
         payload.pop("metadata", None)
         payload["model"] = deployment.config.upstream_model or deployment.id
+        if payload.get("top_p") is None:
+            payload["top_p"] = 1.0  # the spec's default, whatever the engine's own would be
         apply_thinking(deployment, payload)
         if payload.get("stream"):
             options = payload.get("stream_options")
