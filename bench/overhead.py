@@ -10,7 +10,7 @@ on the p50 at concurrency 1.
 Method: the gateway under test runs pinned to one core (`taskset -c 0`), the fake upstream and the
 load generator (bench/_loadgen.py) on the other (`taskset -c 1`). Gateway CPU per request is the
 change in utime+stime of the gateway's process tree (/proc/<pid>/stat) over the measured phase,
-divided by the requests that completed in it. Each run warms up first; cells are interleaved
+divided by the successful requests completed in it. Each run warms up first; cells are interleaved
 (direct, passthrough, inferd back to back for each mode and concurrency, `--repeat` rounds) and
 each figure is the median over the rounds, so a noisy minute on the host hits all three alike.
 
@@ -22,260 +22,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "bench"
+sys.dont_write_bytecode = True  # no __pycache__ beside the helpers below
+from _report import (CPU_RATIO_TARGET, NOISE_WARNING, P50_DELTA_TARGET_MS, compare, fmt, print_comparison,  # noqa: E402
+                     print_table, summarise)
+from _targets import (BENCH, MODES, ROOT, BenchError, Children, Target, start_inferd, start_passthrough,  # noqa: E402
+                      start_upstream)
+
 TARGETS = ("direct", "passthrough", "inferd")
-MODES = ("blocking", "stream")
-CPU_RATIO_TARGET = 1.5
-P50_DELTA_TARGET_MS = 1.0
-NOISE_WARNING = 0.10  # of a core used by anything else on the two cores during a measured phase
-PROMPT = [{"role": "user", "content": "Say hello to the benchmark"}]
-INFERD_CONFIG = """\
-[[models]]
-id = "mock-chat"
-type = "chat"
-engine = "openai"
-base_url = "http://127.0.0.1:{upstream_port}/v1"
-upstream_model = "mock"
-context_length = 4096
-tokenizer = "upstream"
-cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
-"""
-
-
-class BenchError(RuntimeError):
-    """A target could not be started or does not answer correctly."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Child processes
-
-
-class Children:
-    """Every process this benchmark starts; each in its own session so it can be ended as a group."""
-
-    def __init__(self, log_dir: Path, pin: bool) -> None:
-        self.log_dir = log_dir
-        self.pin = pin
-        self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def pinned(self, core: int, argv: list[str]) -> list[str]:
-        """argv prefixed with taskset when pinning."""
-        return ["taskset", "-c", str(core), *argv] if self.pin else argv
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """Start a long-lived child whose stdout and stderr go to a log file."""
-        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   cwd=ROOT, env=env, start_new_session=True)
-        log.close()
-        self.processes.append((name, process))
-        return process
-
-    def log_tail(self, name: str, lines: int = 25) -> str:
-        """The last lines a child wrote."""
-        try:
-            text = (self.log_dir / f"{name}.log").read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def wait_ready_line(self, name: str, process: subprocess.Popen[bytes], timeout: float = 30) -> int:
-        """The port from the `ready <port>` line a child prints when listening."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            match = re.search(r"^ready (\d+)", (self.log_dir / f"{name}.log").read_text(errors="replace"), re.M)
-            if match:
-                return int(match.group(1))
-            if process.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise BenchError(f"{name} did not become ready:\n{self.log_tail(name)}")
-
-    def stop(self, process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-        """End a child and everything in its process group: SIGTERM, then SIGKILL."""
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
-            if process.poll() is not None:
-                break
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(wait)
-            except subprocess.TimeoutExpired:
-                continue
-        # Leftovers of the group (a server's workers) once the leader is gone.
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def stop_all(self) -> None:
-        """End every child, newest first."""
-        while self.processes:
-            _, process = self.processes.pop()
-            self.stop(process)
-
-    def forget(self, process: subprocess.Popen[bytes]) -> None:
-        """Drop a child that has exited on its own."""
-        self.processes = [(name, other) for name, other in self.processes if other is not process]
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
-
-
-def post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float = 30) -> tuple[int, bytes]:
-    """One POST with the standard library: (status, body)."""
-    request = urllib.request.Request(url, data=orjson.dumps(body), method="POST",
-                                     headers={"Content-Type": "application/json", **headers})
-    try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
-# ---------------------------------------------------------------------------------------------
-# Targets
-
-
-class Target:
-    """One thing to put load on: where to send it, what to send, and whose CPU to count."""
-
-    def __init__(self, name: str, base_url: str, model: str, pid: int | None, headers: dict[str, str] | None = None,
-                 usage_option: bool = True) -> None:
-        self.name = name
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.pid = pid
-        self.headers = headers or {}
-        self.usage_option = usage_option
-
-    def body(self, mode: str) -> dict[str, Any]:
-        """The request body for a mode."""
-        body: dict[str, Any] = {"model": self.model, "messages": PROMPT, "metadata": {"team": "bench"}}
-        if mode == "stream":
-            body["stream"] = True
-            if self.usage_option:  # inferd asks the upstream for usage itself
-                body["stream_options"] = {"include_usage": True}
-        return body
-
-    def preflight(self) -> None:
-        """One request per mode, so a broken target fails loudly before any measuring."""
-        for mode in MODES:
-            status, data = post(self.url, self.body(mode), self.headers)
-            if status != 200 or (mode == "stream" and not data.rstrip().endswith(b"data: [DONE]")):
-                raise BenchError(f"{self.name} {mode} preflight answered {status}: {data[:400]!r}")
-
-
-def start_upstream(children: Children, core: int) -> tuple[int, int]:
-    """The fake upstream on the client core: (pid, port)."""
-    process = children.start("upstream", children.pinned(core, [sys.executable, "tests/fakes/upstream.py",
-                                                                "--port", "0"]))
-    return process.pid, children.wait_ready_line("upstream", process)
-
-
-def start_passthrough(children: Children, core: int, upstream_port: int) -> Target:
-    """bench/passthrough.py on the gateway core."""
-    process = children.start("passthrough", children.pinned(core, [
-        sys.executable, str(BENCH / "passthrough.py"), "--port", "0",
-        "--upstream", f"http://127.0.0.1:{upstream_port}/v1"]))
-    port = children.wait_ready_line("passthrough", process)
-    return Target("passthrough", f"http://127.0.0.1:{port}/v1", "mock", process.pid)
-
-
-def _create_key(inferd: str, env: dict[str, str]) -> str:
-    """Mint an application key with a budget and a limit that never trips; its full key."""
-    base = [inferd, "keys", "create", "--org", "bench", "--type", "application", "--name", "bench", "--json"]
-    attempts = [[*base, "--rpm", "100000000", "--budget-usd", "1000000"], [*base, "--budget-usd", "1000000"]]
-    errors = []
-    for argv in attempts:
-        done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
-        if done.returncode == 0:
-            for line in reversed(done.stdout.decode(errors="replace").strip().splitlines()):
-                if line.lstrip().startswith("{"):
-                    return str(orjson.loads(line)["full_key"])
-            try:
-                return str(orjson.loads(done.stdout)["full_key"])
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                errors.append(f"{' '.join(argv[1:])}: no full_key in {done.stdout[-400:]!r}")
-        else:
-            errors.append(f"{' '.join(argv[1:])} -> exit {done.returncode}: "
-                          f"{(done.stderr or done.stdout).decode(errors='replace')[-600:]}")
-    raise BenchError("inferd keys create failed:\n" + "\n".join(errors))
-
-
-def start_inferd(children: Children, core: int, upstream_port: int, work_dir: Path, inferd: str,
-                 extra_env: dict[str, str], startup_timeout: float) -> Target:
-    """inferd serve on the gateway core, with a config naming the fake upstream and a fresh data dir."""
-    if not (os.path.isfile(inferd) and os.access(inferd, os.X_OK)):
-        raise BenchError(f"{inferd} does not exist (is the package installed in .venv?)")
-    config = work_dir / "inferd.toml"
-    config.write_text(INFERD_CONFIG.format(upstream_port=upstream_port))
-    data_dir = work_dir / "inferd-data"
-    data_dir.mkdir()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("INFERD_")}
-    env.update({"INFERD_CONFIG": str(config), "INFERD_DATA_DIR": str(data_dir), **extra_env})
-    key: str | None = None
-    key_error: BenchError | None = None
-    try:  # before serving, so the server never has to notice a key minted behind its back
-        key = _create_key(inferd, env)
-    except BenchError as error:
-        key_error = error
-    port = free_port()
-    process = children.start("inferd", children.pinned(core, [
-        inferd, "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(config),
-        "--data-dir", str(data_dir), "--no-batch-worker"]), env=env)
-    deadline = time.monotonic() + startup_timeout
-    while True:
-        try:
-            with _OPENER.open(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                break
-        except urllib.error.HTTPError:
-            break  # any HTTP status means it is serving
-        except (urllib.error.URLError, OSError):
-            pass
-        if process.poll() is not None:
-            raise BenchError(f"inferd serve exited with {process.returncode}:\n{children.log_tail('inferd')}")
-        if time.monotonic() > deadline:
-            raise BenchError(f"inferd serve did not answer within {startup_timeout:.0f}s:\n"
-                             f"{children.log_tail('inferd')}")
-        time.sleep(0.2)
-    if key is None:  # perhaps the database only exists once the server has migrated it
-        try:
-            key = _create_key(inferd, env)
-        except BenchError as error:
-            raise BenchError(f"{key_error}\n(and again after serve started) {error}") from None
-    return Target("inferd", f"http://127.0.0.1:{port}/v1", "mock-chat", process.pid,
-                  {"Authorization": f"Bearer {key}"}, usage_option=False)
-
-
-# ---------------------------------------------------------------------------------------------
-# Measuring
 
 
 def run_cell(children: Children, args: argparse.Namespace, target: Target, mode: str, concurrency: int,
@@ -308,104 +72,16 @@ def run_cell(children: Children, args: argparse.Namespace, target: Target, mode:
     return orjson.loads(stdout.splitlines()[-1])
 
 
-SUMMARY_FIELDS = ("rps", "p50_ms", "p90_ms", "p99_ms", "gateway_cpu_us_per_req", "gateway_core_busy",
-                  "client_core_busy", "loadgen_cpu_us_per_req", "upstream_cpu_us_per_req", "steal", "foreign")
-
-
-def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median of each figure over the rounds; failures summed."""
-    summary: dict[str, Any] = {}
-    for name in SUMMARY_FIELDS:
-        values = [run[name] for run in runs if run.get(name) is not None]
-        summary[name] = statistics.median(values) if values else None
-    summary["completed"] = sum(run["completed"] for run in runs)
-    summary["failed"] = sum(run["failed"] + run["warmup_failed"] for run in runs)
-    summary["failure_samples"] = [sample for run in runs for sample in run["failure_samples"]][:5]
-    summary["rounds"] = len(runs)
-    return summary
-
-
 # ---------------------------------------------------------------------------------------------
-# Reporting
 
 
-def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
-
-
-def print_table(cells: list[dict[str, Any]]) -> None:
-    """One line per (target, mode, concurrency)."""
-    header = (f"{'target':<12}{'mode':<10}{'conc':>5}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-              f"{'gw CPU us/req':>15}{'gw core':>9}{'client core':>13}{'other':>7}{'failed':>8}")
-    print(header)
-    print("-" * len(header))
-    for cell in cells:
-        s = cell["summary"]
-        busy = (lambda v: _fmt(None if v is None else min(v, 1.0) * 100, ".0f", "%"))  # ticks round past 100
-        other = None if s["foreign"] is None else s["foreign"] + (s["steal"] or 0.0)
-        print(f"{cell['target']:<12}{cell['mode']:<10}{cell['concurrency']:>5}{_fmt(s['rps'], '.0f'):>10}"
-              f"{_fmt(s['p50_ms'], '.3f'):>9}{_fmt(s['p99_ms'], '.3f'):>9}"
-              f"{_fmt(s['gateway_cpu_us_per_req'], '.0f'):>15}{busy(s['gateway_core_busy']):>9}"
-              f"{busy(s['client_core_busy']):>13}{busy(other):>7}{s['failed']:>8}")
-
-
-def compare(cells: list[dict[str, Any]], concurrencies: list[int], modes: list[str]) -> dict[str, Any]:
-    """inferd against the passthrough (and direct): ratios, deltas and the verdict on the targets."""
-    by_key = {(cell["target"], cell["mode"], cell["concurrency"]): cell["summary"] for cell in cells}
-    rows = []
-    for mode in modes:
-        for concurrency in concurrencies:
-            inferd = by_key.get(("inferd", mode, concurrency))
-            passthrough = by_key.get(("passthrough", mode, concurrency))
-            direct = by_key.get(("direct", mode, concurrency))
-            row: dict[str, Any] = {"mode": mode, "concurrency": concurrency}
-            if inferd and passthrough and inferd["gateway_cpu_us_per_req"] and passthrough["gateway_cpu_us_per_req"]:
-                row["cpu_ratio"] = inferd["gateway_cpu_us_per_req"] / passthrough["gateway_cpu_us_per_req"]
-                row["cpu_ok"] = row["cpu_ratio"] <= CPU_RATIO_TARGET
-            if inferd and passthrough and inferd["p50_ms"] is not None and passthrough["p50_ms"] is not None:
-                row["p50_delta_vs_passthrough_ms"] = inferd["p50_ms"] - passthrough["p50_ms"]
-                if concurrency == 1:
-                    row["p50_ok"] = row["p50_delta_vs_passthrough_ms"] <= P50_DELTA_TARGET_MS
-            if inferd and direct and inferd["p50_ms"] is not None and direct["p50_ms"] is not None:
-                row["p50_delta_vs_direct_ms"] = inferd["p50_ms"] - direct["p50_ms"]
-            if passthrough and direct and passthrough["p50_ms"] is not None and direct["p50_ms"] is not None:
-                row["passthrough_p50_delta_vs_direct_ms"] = passthrough["p50_ms"] - direct["p50_ms"]
-            row["failures"] = bool((inferd and inferd["failed"]) or (passthrough and passthrough["failed"]))
-            rows.append(row)
-
-    def verdict(flag: str) -> bool | None:
-        flags = [row[flag] for row in rows if flag in row]
-        if not flags:
-            return None
-        return all(flags) and not any(row["failures"] for row in rows)
-
-    return {"rows": rows, "cpu_target_met": verdict("cpu_ok"), "p50_target_met": verdict("p50_ok")}
-
-
-def print_comparison(comparison: dict[str, Any]) -> None:
-    """The ratios and deltas, and whether the targets are met."""
-    print()
-    print(f"{'mode':<10}{'conc':>5}{'CPU inferd/passthrough':>24}{'p50 +ms vs passthrough':>24}"
-          f"{'p50 +ms vs direct':>19}{'passthrough +ms vs direct':>27}")
-    for row in comparison["rows"]:
-        ratio = _fmt(row.get("cpu_ratio"), ".2f", "x")
-        if "cpu_ok" in row:
-            ratio += " ok" if row["cpu_ok"] else " OVER"
-        delta = _fmt(row.get("p50_delta_vs_passthrough_ms"), "+.3f")
-        if "p50_ok" in row:
-            delta += " ok" if row["p50_ok"] else " OVER"
-        print(f"{row['mode']:<10}{row['concurrency']:>5}{ratio:>24}{delta:>24}"
-              f"{_fmt(row.get('p50_delta_vs_direct_ms'), '+.3f'):>19}"
-              f"{_fmt(row.get('passthrough_p50_delta_vs_direct_ms'), '+.3f'):>27}")
-    print()
-    words = {True: "MET", False: "NOT MET", None: "not measured"}
-    print(f"target: inferd CPU per request <= {CPU_RATIO_TARGET}x the passthrough's (every cell): "
-          f"{words[comparison['cpu_target_met']]}")
-    print(f"target: inferd p50 <= passthrough p50 + {P50_DELTA_TARGET_MS:g} ms at concurrency 1: "
-          f"{words[comparison['p50_target_met']]}")
-
-
-# ---------------------------------------------------------------------------------------------
+def progress(result: dict[str, Any]) -> str:
+    """One run in one line."""
+    other = None if result["foreign"] is None else (result["foreign"] + result["steal"]) * 100
+    failed = result["failed"] + result["warmup_failed"]
+    return (f"{result['rps']:8.0f} req/s  p50 {fmt(result['p50_ms'], '.3f')} ms  "
+            f"gw CPU {fmt(result['gateway_cpu_us_per_req'], '.0f')} us/req  other {fmt(other, '.0f', '%')}"
+            f"{f'  FAILED {failed}' if failed else ''}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -494,12 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                     result = run_cell(children, args, target, mode, concurrency, upstream_pid)
                     runs[target.name].append(result)
                     print(f"[{step:>3}/{total}] {target.name:<12}{mode:<9} c={concurrency:<3} "
-                          f"round {round_number + 1}: {result['rps']:8.0f} req/s  p50 "
-                          f"{_fmt(result['p50_ms'], '.3f')} ms  gw CPU "
-                          f"{_fmt(result['gateway_cpu_us_per_req'], '.0f')} us/req  other "
-                          f"{_fmt(None if result['foreign'] is None else (result['foreign'] + result['steal']) * 100, '.0f', '%')}"
-                          f"{'  FAILED ' + str(result['failed'] + result['warmup_failed']) if result['failed'] + result['warmup_failed'] else ''}",
-                          file=sys.stderr, flush=True)
+                          f"round {round_number + 1}: {progress(result)}", file=sys.stderr, flush=True)
             for target in targets:
                 cells.append({"target": target.name, "mode": mode, "concurrency": concurrency,
                               "summary": summarise(runs[target.name]), "runs": runs[target.name]})
