@@ -29,7 +29,7 @@ from inferd.errors import InferdError, InvalidRequest, MethodNotAllowed, NotFoun
 from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
 from inferd.limits.redis import RedisRateLimiter, RedisSpendCounter
-from inferd.metering import UsageWriter, load_spend
+from inferd.metering import UsageWriter, load_spend, usage_sink
 from inferd.services.chat import ChatService
 from inferd.store.db import create_engine, migrate
 from inferd.store.keys import KeyRepository
@@ -80,7 +80,7 @@ async def build_services(settings: Settings) -> Services:
                         RedisSpendCounter(redis, settings.redis_prefix, loader))
     else:
         limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
-    writer = UsageWriter(db, limits.spend)
+    writer = UsageWriter(usage_sink(db), limits.spend)
     writer.start()
     keys = KeyRepository(db, fast_reads=True)
     catalogue = ModelCatalogue(config.models, registry)

@@ -56,7 +56,7 @@ def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None,
     click.echo(f"inferd serving on http://{host}:{port}/v1 ({settings.config_path or 'built-in catalogue'}, "
                f"{_database_label(settings)})", err=True)
     options = dict(host=host, port=port, loop="uvloop", http="httptools", access_log=False, log_level="warning",
-                   lifespan="on", timeout_graceful_shutdown=10)
+                   lifespan="on", timeout_graceful_shutdown=10, proxy_headers=False)
     if workers == 1:
         uvicorn.run(InferdApp(settings), **options)  # type: ignore[arg-type]
     else:

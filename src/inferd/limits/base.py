@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Protocol
 
@@ -13,9 +14,26 @@ WINDOW_SECONDS = 60.0
 SpendLoader = Callable[[str, str], Awaitable[float]]  # (key id, YYYY-MM) -> spend from the database
 
 
-def current_month() -> str:
-    """The budget period: the UTC calendar month, as YYYY-MM."""
-    return datetime.now(timezone.utc).strftime("%Y-%m")
+class _MonthClock:
+    """The current UTC month as YYYY-MM, recomputed only when a month boundary passes
+    (every metered request asks, and formatting dates is not free)."""
+
+    def __init__(self) -> None:
+        self._label = ""
+        self._until = 0.0
+
+    def __call__(self) -> str:
+        now = time.time()
+        if now >= self._until:
+            today = datetime.fromtimestamp(now, timezone.utc)
+            self._label = f"{today.year:04d}-{today.month:02d}"
+            first_of_next = datetime(today.year + today.month // 12, today.month % 12 + 1, 1, tzinfo=timezone.utc)
+            self._until = first_of_next.timestamp()
+        return self._label
+
+
+current_month = _MonthClock()
+current_month.__doc__ = "The budget period: the UTC calendar month, as YYYY-MM."
 
 
 class RateLimiter(Protocol):
