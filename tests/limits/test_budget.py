@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 
 import httpx
 
@@ -68,3 +70,49 @@ def test_concurrent_requests_overshoot_at_most_what_was_in_flight(server: Server
     # what was in flight, and once they finished the key is refused.
     assert admitted >= 3 and admitted <= 24
     assert httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=BODY).status_code == 402
+
+
+def test_disconnected_streams_under_concurrency_are_billed(server: Server) -> None:
+    key = server.create_key(budget_usd=1.0)
+
+    async def fire() -> tuple[int, int]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            async def leave_early() -> int:
+                body = {"model": "mock-drip", "messages": BODY["messages"], "stream": True}
+                async with client.stream("POST", server.v1 + "/chat/completions", headers=auth(key),
+                                         json=body) as response:
+                    words = 0
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: {") and (json.loads(line[6:])["choices"] or [{}])[0].get(
+                                "delta", {}).get("content"):
+                            words += 1
+                            if words == 2:
+                                return response.status_code  # leave after the second word
+                return response.status_code
+
+            async def complete(stream: bool) -> int:
+                body = {**BODY, "model": "mock-drip" if stream else "mock-chat", "stream": stream}
+                response = await client.post(server.v1 + "/chat/completions", headers=auth(key), json=body)
+                return response.status_code
+
+            calls = [leave_early() for _ in range(6)] + [complete(i % 2 == 0) for i in range(6)]
+            statuses = await asyncio.gather(*calls)
+            return statuses.count(200), len(statuses)
+
+    admitted, total = asyncio.run(fire())
+    assert admitted == total == 12
+    rows = _wait_rows(server, key, 12)
+    assert len(rows) == 12
+    assert sorted(r["status_code"] for r in rows).count(499) == 6  # the clients that left
+    assert all(r["cost_usd"] > 0 for r in rows)
+    assert abs(server.spend(key) - sum(r["cost_usd"] for r in rows)) < 1e-12
+
+
+def _wait_rows(server: Server, key: str, count: int) -> list[dict]:
+    """Rows of abandoned streams land once the server notices the disconnect."""
+    for _ in range(100):
+        rows = server.usage_rows(key)
+        if len(rows) >= count:
+            return rows
+        time.sleep(0.1)
+    return server.usage_rows(key)

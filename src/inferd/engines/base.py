@@ -20,8 +20,9 @@ class TokenCount:
 class Engine(Protocol):
     """A model backend. Payloads are OpenAI-shaped dicts with `model` already set for upstream.
 
-    `chat` returns the completion object; `chat_stream` yields each SSE event's data (the JSON
-    bytes of one chunk) and stops at `[DONE]`; closing the iterator aborts the generation.
+    `chat` returns the completion object; `chat_stream` yields lists of SSE event data (the JSON
+    bytes of one chunk each: every event that arrived together, so a busy relay handles them in
+    one go) and stops at `[DONE]`; closing the iterator aborts the generation.
     Failures raise `inferd.errors` exceptions: RelayedError for the model's own rejections,
     EngineTimeout / EngineUnavailable / EngineError otherwise.
     """
@@ -31,8 +32,8 @@ class Engine(Protocol):
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One blocking chat completion."""
 
-    def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[bytes]:
-        """A streamed chat completion, one chunk's JSON bytes at a time."""
+    def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[list[bytes]]:
+        """A streamed chat completion: batches of chunks' JSON bytes, never empty."""
 
     async def count_tokens(self, payload: dict[str, Any]) -> TokenCount:
         """The prompt tokens `payload` would be billed, as the chat template renders it."""

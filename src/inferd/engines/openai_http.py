@@ -120,7 +120,7 @@ class OpenAIHTTPEngine:
             raise EngineError("The model's engine returned no choices")
         return body
 
-    async def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[list[bytes]]:
         """Relay the upstream's SSE events, buffered to the blank line, until `[DONE]`."""
         response = await self._post(self._chat_url, payload)
         if response.status >= 300:
@@ -130,11 +130,15 @@ class OpenAIHTTPEngine:
             buffer = b""
             async for piece in response.content.iter_any():
                 events, buffer = _split_events(buffer + piece)
-                for data in events:
-                    if data == b"[DONE]":
-                        finished = True
-                        return
-                    yield data
+                if not events:
+                    continue
+                if b"[DONE]" in events:
+                    finished = True
+                    done = events.index(b"[DONE]")
+                    if done:
+                        yield events[:done]
+                    return
+                yield events
             raise EngineError("The model's engine closed the stream before it finished", code="upstream_closed")
         except asyncio.TimeoutError:
             raise EngineTimeout(f"The model sent nothing for {self._timeout_s:g} s") from None

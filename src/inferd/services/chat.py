@@ -215,9 +215,9 @@ class _StreamRelay:
         events = self._call.deployment.engine.chat_stream(self._call.payload)
         started = False
         try:
-            async for data in events:
+            async for batch in events:
                 started = True
-                yield self._transform(data)
+                yield b"".join([self._transform(data) for data in batch])
             await self._meter(200)
             yield b"data: [DONE]\n\n"
         except InferdError as exc:
