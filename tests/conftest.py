@@ -132,6 +132,13 @@ tokenizer = "hf:{tokenizer}"
 context_length = 2048
 
 [[models]]
+id = "mock-params"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+capabilities = ["tools"]
+supported_parameters = ["temperature", "max_tokens"]
+
+[[models]]
 id = "mock-embed"
 type = "embeddings"
 base_url = "{upstream}/v1"

@@ -51,6 +51,10 @@ def test_reasoning_models_advertise_reasoning_effort(server: Server, app_key: st
     assert "reasoning_effort" in model["supported_parameters"]
 
 
+def test_configured_supported_parameters_override(server: Server, app_key: str) -> None:
+    assert listing(server, app_key)["mock-params"]["supported_parameters"] == ["temperature", "max_tokens"]
+
+
 def test_non_chat_models_have_no_supported_parameters(server: Server, app_key: str) -> None:
     assert listing(server, app_key)["mock-embed"]["supported_parameters"] == []
 
