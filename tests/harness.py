@@ -270,6 +270,14 @@ class Server:
 
         return str(_run(self._with_db(work)))
 
+    def revoke(self, full_key: str) -> None:
+        """Revoke a key the way `inferd keys revoke` does."""
+
+        async def work(engine: Any) -> None:
+            assert await KeyRepository(engine).revoke(full_key.split(":")[0])
+
+        _run(self._with_db(work))
+
     def usage_rows(self, full_key: str) -> list[dict[str, Any]]:
         """Usage rows charged to a key, oldest first."""
         key_id = full_key.split(":")[0]

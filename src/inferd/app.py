@@ -58,7 +58,7 @@ class Services:
         await self.writer.close()
         await self.catalogue.close()
         await self.limits.close()
-        self.keys.close()
+        await self.keys.close()
         await self.db.dispose()
 
 

@@ -71,3 +71,13 @@ def test_user_keys_are_refused_outside_user_routes(server: Server, app_key: str)
         assert response.status_code == 403
         assert response.json()["error"] == {"message": response.json()["error"]["message"],
                                             "type": "permission_error", "code": "key_type_not_permitted"}
+
+
+def test_revoking_a_parent_key_revokes_the_keys_it_minted(server: Server) -> None:
+    parent = server.create_key()
+    child = server.create_user_key(parent)
+    assert chat(server, auth(child)).status_code == 403  # alive, but not a key for chat
+    assert chat(server, auth(parent)).status_code == 200  # cached now, where a cache exists
+    server.revoke(parent)
+    assert chat(server, auth(parent)).status_code == 401
+    assert chat(server, auth(child)).status_code == 401

@@ -11,6 +11,7 @@ from sqlalchemy import insert, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.store.db import utcnow
+from inferd.store.key_cache import KEYS_CHANNEL, KeyCache
 from inferd.store.orgs import decode_allowed
 from inferd.store.tables import api_keys
 
@@ -67,18 +68,23 @@ def _record(row: tuple[Any, ...]) -> KeyRecord:
 class KeyRepository:
     """Reads and writes `api_keys`.
 
-    The lookup runs on every request. On SQLite it reads through a private synchronous
-    connection (a primary-key read in WAL mode takes microseconds and never waits on writers),
-    which costs far less than a round trip through the async driver's thread; revocations by
-    another process are seen at once because nothing is cached.
+    The lookup runs on every request, and a revoked key must fail on the very next request,
+    whichever process revoked it. On SQLite it reads through a private synchronous connection
+    (a primary-key read in WAL mode takes microseconds and never waits on writers), so nothing
+    is cached. On PostgreSQL found keys are cached and every revocation sends a NOTIFY in its
+    own transaction; the listener drops the cache when one arrives, and the cache is off
+    whenever the listener is not connected.
     """
 
     def __init__(self, engine: AsyncEngine, fast_reads: bool = False) -> None:
         self._engine = engine
         self._sqlite: sqlite3.Connection | None = None
+        self._cache: KeyCache | None = None
         if fast_reads and engine.dialect.name == "sqlite" and engine.url.database:
             self._sqlite = sqlite3.connect(engine.url.database, check_same_thread=False, isolation_level=None)
             self._sqlite.execute("PRAGMA busy_timeout=5000")
+        elif fast_reads and engine.dialect.name == "postgresql":
+            self._cache = KeyCache(engine)
         self._sqlite_lookup = _LOOKUP.format(param="?")
         self._sql_lookup = text(_LOOKUP.format(param=":access_key_id"))
 
@@ -86,10 +92,19 @@ class KeyRepository:
         """The key with this access key id, or None."""
         if self._sqlite is not None:
             row = self._sqlite.execute(self._sqlite_lookup, (access_key_id,)).fetchone()
-        else:
-            async with self._engine.connect() as conn:
-                row = (await conn.execute(self._sql_lookup, {"access_key_id": access_key_id})).first()
-        return _record(tuple(row)) if row else None
+            return _record(tuple(row)) if row else None
+        cache = self._cache
+        if cache is not None:
+            cached = cache.get(access_key_id)
+            if cached is not None:
+                return cached
+            generation = await cache.generation()
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(self._sql_lookup, {"access_key_id": access_key_id})).first()
+        record = _record(tuple(row)) if row else None
+        if cache is not None and record is not None:
+            cache.put(record, generation)
+        return record
 
     async def create(self, *, access_key_id: str, secret_hash: str, key_type: str, org_id: int,
                      name: str | None = None, user_id: int | None = None, budget_usd: float | None = None,
@@ -109,10 +124,15 @@ class KeyRepository:
             result = await conn.execute(update(api_keys).where(
                 api_keys.c.access_key_id == access_key_id, api_keys.c.revoked_at.is_(None)
             ).values(revoked_at=utcnow()))
+            if conn.dialect.name == "postgresql":  # delivered at commit to every server's cache
+                await conn.execute(text("SELECT pg_notify(:channel, :key)"),
+                                   {"channel": KEYS_CHANNEL, "key": access_key_id})
             return bool(result.rowcount)
 
-    def close(self) -> None:
-        """Close the synchronous SQLite reader."""
+    async def close(self) -> None:
+        """Close the synchronous SQLite reader or the PostgreSQL listener."""
         if self._sqlite is not None:
             self._sqlite.close()
             self._sqlite = None
+        if self._cache is not None:
+            await self._cache.close()

@@ -1,0 +1,86 @@
+"""A cache of key records on PostgreSQL, dropped by LISTEN/NOTIFY whenever a key is revoked."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:
+    from inferd.store.keys import KeyRecord
+
+log = logging.getLogger("inferd.store.key_cache")
+
+KEYS_CHANNEL = "inferd_keys"
+_TTL_SECONDS = 60.0  # other changes (budgets, allow-lists) show within a minute
+_RETRY_SECONDS = 5.0
+
+
+class KeyCache:
+    """Records by access key id, trusted only while the LISTEN connection is up."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._records: dict[str, tuple[KeyRecord, float]] = {}
+        self._generation = 0
+        self._listener: asyncpg.Connection | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._retry_at = 0.0
+
+    def get(self, access_key_id: str) -> "KeyRecord | None":
+        """A cached record, when the listener vouches for it."""
+        entry = self._records.get(access_key_id)
+        if entry is None or self._listener is None:
+            return None
+        record, expires = entry
+        if time.monotonic() >= expires:
+            del self._records[access_key_id]
+            return None
+        return record
+
+    async def generation(self) -> int:
+        """The invalidation count before a read (connecting the listener first when needed)."""
+        if self._listener is None and time.monotonic() >= self._retry_at:
+            if self._connecting is None:
+                self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            await asyncio.shield(self._connecting)
+        return self._generation
+
+    def put(self, record: "KeyRecord", generation: int) -> None:
+        """Keep a record read at `generation`, unless a revocation arrived since."""
+        if self._listener is not None and generation == self._generation:
+            self._records[record.access_key_id] = (record, time.monotonic() + _TTL_SECONDS)
+
+    def _invalidate(self, *_: Any) -> None:
+        self._generation += 1
+        self._records.clear()
+
+    def _lost(self, *_: Any) -> None:
+        if self._listener is None:  # closing
+            return
+        log.warning("key revocation listener disconnected; key cache off until it reconnects")
+        self._listener = None
+        self._invalidate()
+
+    async def _connect(self) -> None:
+        try:
+            conn = await asyncpg.connect(self._dsn)
+            await conn.add_listener(KEYS_CHANNEL, self._invalidate)
+            conn.add_termination_listener(self._lost)
+            self._invalidate()  # anything read before the listener existed is suspect
+            self._listener = conn
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("key revocation listener unavailable (%s); key cache off", exc)
+            self._retry_at = time.monotonic() + _RETRY_SECONDS
+        finally:
+            self._connecting = None
+
+    async def close(self) -> None:
+        """Close the listener."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
