@@ -4,57 +4,44 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import orjson
 
-from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, ClientGone, Receive, Scope, Send, header,
-                             read_json_object, require_post, send_bytes, send_error, watch_disconnect)
+from inferd.api.asgi import JSON_HEADERS, SSE_HEADERS, Receive, Send, send_bytes, send_error, watch_disconnect
 from inferd.api.checks import check_chat, check_metadata
-from inferd.auth.principal import Authenticator, require_long_lived
+from inferd.api.hot import JsonRoute
+from inferd.auth.principal import Authenticator
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
-from inferd.services.chat import ChatService
+from inferd.services.chat import ChatCall, ChatService
+from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api.chat")
-MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
-class ChatCompletionsRoute:
-    """auth -> validate -> limits -> catalogue -> engine -> metering, then the reply."""
+class ChatCompletionsRoute(JsonRoute):
+    """validate -> limits -> catalogue -> engine -> metering, then the reply."""
 
     def __init__(self, auth: Authenticator, limits: Limits, chat: ChatService) -> None:
-        self._auth = auth
-        self._limits = limits
+        super().__init__(auth, limits)
         self._chat = chat
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            require_post(scope)
-            key = await self._auth.authenticate(header(scope, b"authorization"))
-            require_long_lived(key)
-            body = await read_json_object(scope, receive, MAX_BODY_BYTES)
-            check_chat(body)
-            metadata = check_metadata(body.get("metadata"))
-            await self._limits.admit(key, metered=True)
-            call = self._chat.open(body, key, metadata=metadata)
-            await self._chat.fit_context(call)
-            if not call.payload.get("stream"):
-                reply = await self._chat.complete(call)
-                await send_bytes(send, 200, orjson.dumps(reply), JSON_HEADERS)
-                return
-        except InferdError as exc:
-            await send_error(send, exc)
-            return
-        except ClientGone:
-            return
-        except Exception:
-            log.exception("chat completion failed")
-            await send_error(send, InferdError("Internal server error"))
-            return
-        await self._stream(call, receive, send)
+    async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
+        """A completion, blocking or streamed."""
+        check_chat(body)
+        metadata = check_metadata(body.get("metadata"))
+        await self.limits.admit(key, metered=True)
+        call = self._chat.open(body, key, metadata=metadata)
+        await self._chat.fit_context(call)
+        if call.payload.get("stream"):
+            await self._stream(call, receive, send)
+        else:
+            reply = await self._chat.complete(call)
+            await send_bytes(send, 200, orjson.dumps(reply), JSON_HEADERS)
 
-    async def _stream(self, call: object, receive: Receive, send: Send) -> None:
-        frames = self._chat.stream(call)  # type: ignore[arg-type]
+    async def _stream(self, call: ChatCall, receive: Receive, send: Send) -> None:
+        frames = self._chat.stream(call)
         task = asyncio.current_task()
         assert task is not None
         watcher = watch_disconnect(receive, task)
@@ -64,11 +51,6 @@ class ChatCompletionsRoute:
             except InferdError as exc:
                 watcher.cancel()
                 await send_error(send, exc)
-                return
-            except Exception:
-                log.exception("chat stream failed before its first chunk")
-                watcher.cancel()
-                await send_error(send, InferdError("Internal server error"))
                 return
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             await send({"type": "http.response.body", "body": first, "more_body": True})

@@ -1,0 +1,45 @@
+"""The base of the raw-ASGI JSON routes (the hot path): POST only, a long-lived key, a JSON
+object body, and every error mapped to the envelope in one place."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from inferd.api.asgi import ClientGone, Receive, Scope, Send, header, read_json_object, require_post, send_error
+from inferd.auth.principal import Authenticator, require_long_lived
+from inferd.errors import InferdError
+from inferd.limits.base import Limits
+from inferd.store.keys import KeyRecord
+
+log = logging.getLogger("inferd.api")
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class JsonRoute:
+    """Authenticates, reads the body, and hands both to `handle`."""
+
+    def __init__(self, auth: Authenticator, limits: Limits) -> None:
+        self.auth = auth
+        self.limits = limits
+
+    async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
+        """Answer the request (a subclass's work). Raise InferdError before the response starts;
+        a route that streams handles its own errors once it has started."""
+        raise NotImplementedError
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            require_post(scope)
+            key = await self.auth.authenticate(header(scope, b"authorization"))
+            require_long_lived(key)
+            body = await read_json_object(scope, receive, MAX_BODY_BYTES)
+            await self.handle(key, body, receive, send)
+        except InferdError as exc:
+            await send_error(send, exc)
+        except ClientGone:
+            return
+        except Exception:
+            log.exception("%s failed", scope["path"])
+            await send_error(send, InferdError("Internal server error"))
