@@ -170,3 +170,15 @@ def test_top_p_defaults_to_one(server: Server, app_key: str, upstream: Upstream)
     assert httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
                       json={"model": "mock-chat", "messages": HELLO, "top_p": 0.3}).status_code == 200
     assert upstream.last_chat_body()["top_p"] == 0.3
+
+
+def test_stream_without_upstream_usage_still_ends_with_usage(server: Server, app_key: str) -> None:
+    text = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
+                      json={"model": "mock-nousage", "messages": HELLO, "stream": True}).text
+    frames = [f for f in text.split("\n\n") if f]
+    assert frames[-1] == "data: [DONE]"
+    usage = httpx.Response(200, content=frames[-2][6:]).json()["usage"]
+    assert usage == {"prompt_tokens": PROMPT, "completion_tokens": len(REPLY_WORDS),
+                     "total_tokens": PROMPT + len(REPLY_WORDS)}
+    row = server.usage_rows(app_key)[-1]
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (PROMPT, len(REPLY_WORDS))

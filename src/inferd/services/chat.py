@@ -21,6 +21,8 @@ from inferd.metering import Usage, UsageWriter, token_cost
 from inferd.store.keys import KeyRecord
 
 CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
+# Deltas that carry no token: the opening role chunk and the closing finish chunk.
+_EMPTY_DELTAS = (b'"content":""', b'"content": ""', b'"delta":{}', b'"delta": {}')
 
 
 @dataclass
@@ -177,8 +179,15 @@ class _StreamRelay:
         self._usage: tuple[int, int, int] | None = None
         self._deltas = 0
         self._metered = False
+        self._chunk_head: dict[str, Any] | None = None  # id and created of the first chunk
 
     def _transform(self, data: bytes) -> bytes:
+        if self._chunk_head is None:
+            try:
+                first = orjson.loads(data)
+                self._chunk_head = {"id": first.get("id"), "created": first.get("created")}
+            except (orjson.JSONDecodeError, AttributeError):
+                self._chunk_head = {}
         for old, new in self._rename:
             if old in data:
                 data = data.replace(old, new)
@@ -188,8 +197,8 @@ class _StreamRelay:
                 self._usage = _usage_numbers(orjson.loads(data).get("usage")) or self._usage
             except (orjson.JSONDecodeError, AttributeError):
                 pass
-        if b'"delta"' in data:
-            self._deltas += 1
+        if b'"delta"' in data and not any(empty in data for empty in _EMPTY_DELTAS):
+            self._deltas += 1  # about one token per delta, should the upstream report no usage
         if b'"reasoning_content"' in data:
             try:
                 chunk = orjson.loads(data)
@@ -203,12 +212,19 @@ class _StreamRelay:
 
     async def _meter(self, status: int) -> None:
         self._metered = True
-        if self._usage is not None:
-            await self._service._meter(self._call, status, *self._usage)
-        else:
+        if self._usage is None:
             # Interrupted or usage-less streams: each delta carried about one token.
-            prompt = await self._service._prompt_tokens(self._call)
-            await self._service._meter(self._call, status, prompt, max(0, self._deltas - 1), 0)
+            self._usage = (await self._service._prompt_tokens(self._call), self._deltas, 0)
+        await self._service._meter(self._call, status, *self._usage)
+
+    def _usage_frame(self) -> bytes:
+        """The final usage chunk, for an upstream that sent none."""
+        assert self._usage is not None
+        prompt, completion, _ = self._usage
+        chunk = {**(self._chunk_head or {}), "object": "chat.completion.chunk", "model": self._call.deployment.id,
+                 "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                          "total_tokens": prompt + completion}}
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
     async def frames(self) -> AsyncIterator[bytes]:
         """The frames to send; errors before the first frame propagate as exceptions."""
@@ -218,8 +234,9 @@ class _StreamRelay:
             async for batch in events:
                 started = True
                 yield b"".join([self._transform(data) for data in batch])
+            reported = self._usage is not None
             await self._meter(200)
-            yield b"data: [DONE]\n\n"
+            yield b"data: [DONE]\n\n" if reported else self._usage_frame() + b"data: [DONE]\n\n"
         except InferdError as exc:
             if not started:  # nothing produced: the failed call costs nothing
                 self._metered = True
