@@ -32,6 +32,7 @@ from inferd.limits.redis import RedisRateLimiter, RedisSpendCounter
 from inferd.metering import UsageWriter, load_spend, usage_sink
 from inferd.services.chat import ChatService
 from inferd.store.db import create_engine, migrate
+from inferd.store.hot_sqlite import HotSqlite
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
 
@@ -45,6 +46,7 @@ class Services:
     settings: Settings
     config: Catalogue
     db: AsyncEngine
+    hot: HotSqlite | None
     orgs: OrgRepository
     keys: KeyRepository
     auth: Authenticator
@@ -59,6 +61,8 @@ class Services:
         await self.catalogue.close()
         await self.limits.close()
         await self.keys.close()
+        if self.hot is not None:
+            self.hot.close()
         await self.db.dispose()
 
 
@@ -80,11 +84,12 @@ async def build_services(settings: Settings) -> Services:
                         RedisSpendCounter(redis, settings.redis_prefix, loader))
     else:
         limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
-    writer = UsageWriter(usage_sink(db), limits.spend)
+    hot = HotSqlite(db.url.database) if db.dialect.name == "sqlite" and db.url.database else None
+    writer = UsageWriter(usage_sink(db, hot), limits.spend)
     writer.start()
-    keys = KeyRepository(db, fast_reads=True)
+    keys = KeyRepository(db, hot=hot, pg_cache=True)
     catalogue = ModelCatalogue(config.models, registry)
-    return Services(settings=settings, config=config, db=db, orgs=OrgRepository(db), keys=keys,
+    return Services(settings=settings, config=config, db=db, hot=hot, orgs=OrgRepository(db), keys=keys,
                     auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue,
                     chat=ChatService(catalogue, writer))
 

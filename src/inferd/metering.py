@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from inferd.config import Cost
 from inferd.limits.base import SpendCounter
 from inferd.store.db import utcnow
+from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.tables import key_spend, usage_rows
 
 log = logging.getLogger("inferd.metering")
@@ -103,22 +104,15 @@ class SqliteSink:
     """Commits batches with the standard sqlite3 module, on the event loop when it can.
 
     A WAL commit with synchronous=NORMAL is a few writes and no fsync (tens of microseconds),
-    cheaper than any hop to a thread, so it runs inline with busy_timeout 0. When another
-    process holds the write lock, the batch goes to a thread of its own that waits for it,
-    and the loop never blocks on a lock."""
+    cheaper than any hop to a thread, so it runs inline on the hot connection (busy_timeout 0).
+    When another process holds the write lock, the batch goes to a thread of its own that waits
+    for it, and the loop never blocks on a lock."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, hot: HotSqlite, path: str) -> None:
+        self._hot = hot
         self._path = path
-        self._inline: sqlite3.Connection | None = None
         self._threaded: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-sqlite")
-
-    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        return conn
 
     @staticmethod
     def _write(conn: sqlite3.Connection, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
@@ -137,23 +131,22 @@ class SqliteSink:
 
     def _write_threaded(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
         if self._threaded is None:
-            self._threaded = self._connect(30000)
+            self._threaded = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            self._threaded.execute("PRAGMA busy_timeout=30000")
         self._write(self._threaded, rows, amounts)
 
     async def commit(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
         """Insert the rows and add to the spend rollup in one transaction."""
-        if self._inline is None:
-            self._inline = self._connect(0)
         try:
-            self._write(self._inline, rows, amounts)
+            self._write(self._hot.conn, rows, amounts)
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+            if not is_busy(exc):
                 raise
         await asyncio.get_running_loop().run_in_executor(self._executor, self._write_threaded, rows, amounts)
 
     async def close(self) -> None:
-        """Close both connections and stop the thread."""
+        """Close the thread's connection and stop the thread."""
         def shut() -> None:
             if self._threaded is not None:
                 self._threaded.close()
@@ -161,18 +154,15 @@ class SqliteSink:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, shut)
         self._executor.shutdown(wait=True)
-        if self._inline is not None:
-            self._inline.close()
-            self._inline = None
 
 
 UsageSink = SqlAlchemySink | SqliteSink
 
 
-def usage_sink(engine: AsyncEngine) -> UsageSink:
+def usage_sink(engine: AsyncEngine, hot: HotSqlite | None) -> UsageSink:
     """The fastest sink for the engine's database."""
-    if engine.dialect.name == "sqlite" and engine.url.database:
-        return SqliteSink(engine.url.database)
+    if hot is not None and engine.url.database:
+        return SqliteSink(hot, engine.url.database)
     return SqlAlchemySink(engine)
 
 

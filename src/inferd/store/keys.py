@@ -11,6 +11,7 @@ from sqlalchemy import insert, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.store.db import utcnow
+from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.key_cache import KEYS_CHANNEL, KeyCache
 from inferd.store.orgs import decode_allowed
 from inferd.store.tables import api_keys
@@ -76,23 +77,22 @@ class KeyRepository:
     whenever the listener is not connected.
     """
 
-    def __init__(self, engine: AsyncEngine, fast_reads: bool = False) -> None:
+    def __init__(self, engine: AsyncEngine, hot: HotSqlite | None = None, pg_cache: bool = False) -> None:
         self._engine = engine
-        self._sqlite: sqlite3.Connection | None = None
-        self._cache: KeyCache | None = None
-        if fast_reads and engine.dialect.name == "sqlite" and engine.url.database:
-            self._sqlite = sqlite3.connect(engine.url.database, check_same_thread=False, isolation_level=None)
-            self._sqlite.execute("PRAGMA busy_timeout=5000")
-        elif fast_reads and engine.dialect.name == "postgresql":
-            self._cache = KeyCache(engine)
+        self._hot = hot
+        self._cache = KeyCache(engine) if pg_cache and engine.dialect.name == "postgresql" else None
         self._sqlite_lookup = _LOOKUP.format(param="?")
         self._sql_lookup = text(_LOOKUP.format(param=":access_key_id"))
 
     async def lookup(self, access_key_id: str) -> KeyRecord | None:
         """The key with this access key id, or None."""
-        if self._sqlite is not None:
-            row = self._sqlite.execute(self._sqlite_lookup, (access_key_id,)).fetchone()
-            return _record(tuple(row)) if row else None
+        if self._hot is not None:
+            try:
+                row = self._hot.conn.execute(self._sqlite_lookup, (access_key_id,)).fetchone()
+                return _record(tuple(row)) if row else None
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise  # otherwise read through the async engine, which may wait
         cache = self._cache
         if cache is not None:
             cached = cache.get(access_key_id)
@@ -130,9 +130,6 @@ class KeyRepository:
             return bool(result.rowcount)
 
     async def close(self) -> None:
-        """Close the synchronous SQLite reader or the PostgreSQL listener."""
-        if self._sqlite is not None:
-            self._sqlite.close()
-            self._sqlite = None
+        """Close the PostgreSQL listener (the hot SQLite connection belongs to its creator)."""
         if self._cache is not None:
             await self._cache.close()
