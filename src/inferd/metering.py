@@ -176,6 +176,8 @@ class UsageWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._committing = 0
+        self.active = 0  # metered calls between their engine call and their row (kept by callers)
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
@@ -184,10 +186,16 @@ class UsageWriter:
 
     async def record(self, usage: Usage) -> None:
         """Queue a row and return once it is committed. A caller cancelled while waiting cancels
-        only its wait: the row is already in the batch and is committed all the same."""
+        only its wait: the row is already in the batch and is committed all the same.
+
+        When no other metered call is under way nothing could share the transaction, so the
+        row is committed at once, without the two loop turns a hop through the writer costs."""
         future: asyncio.Future[None] = self._loop.create_future()
-        self._pending.append((usage.row(), future))
-        self._wake.set()
+        if self.active <= 1 and not self._pending and not self._committing:
+            await self._commit([(usage.row(), future)])
+        else:
+            self._pending.append((usage.row(), future))
+            self._wake.set()
         await future
 
     async def _run(self) -> None:
@@ -209,15 +217,19 @@ class UsageWriter:
                 slot = (row["key_id"], f"{created.year:04d}-{created.month:02d}")
                 amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
         error: BaseException | None = None
-        for attempt in range(_MAX_COMMIT_ATTEMPTS):
-            try:
-                await self._sink.commit(rows, amounts)
-                error = None
-                break
-            except Exception as exc:  # the database may be briefly locked or restarting
-                error = exc
-                log.warning("usage commit failed (attempt %d): %s", attempt + 1, exc)
-                await asyncio.sleep(0.05 * 2 ** attempt)
+        self._committing += 1
+        try:
+            for attempt in range(_MAX_COMMIT_ATTEMPTS):
+                try:
+                    await self._sink.commit(rows, amounts)
+                    error = None
+                    break
+                except Exception as exc:  # the database may be briefly locked or restarting
+                    error = exc
+                    log.warning("usage commit failed (attempt %d): %s", attempt + 1, exc)
+                    await asyncio.sleep(0.05 * 2 ** attempt)
+        finally:
+            self._committing -= 1
         if error is None:
             try:
                 await self._spend.add(amounts)

@@ -141,6 +141,13 @@ class ChatService:
 
     async def complete(self, call: ChatCall) -> dict[str, Any]:
         """A blocking completion, metered (committed) before it is returned."""
+        self._writer.active += 1
+        try:
+            return await self._complete(call)
+        finally:
+            self._writer.active -= 1
+
+    async def _complete(self, call: ChatCall) -> dict[str, Any]:
         try:
             body = await call.deployment.engine.chat(call.payload)
         except InferdError as exc:
@@ -230,6 +237,8 @@ class _StreamRelay:
         """The frames to send; errors before the first frame propagate as exceptions."""
         events = self._call.deployment.engine.chat_stream(self._call.payload)
         started = False
+        writer = self._service._writer
+        writer.active += 1
         try:
             async for batch in events:
                 started = True
@@ -250,3 +259,4 @@ class _StreamRelay:
             await events.aclose()  # type: ignore[attr-defined]
             if not self._metered:  # the client went away: bill what was produced
                 await self._meter(CLIENT_CLOSED)
+            writer.active -= 1
