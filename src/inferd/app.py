@@ -28,7 +28,7 @@ from inferd.engines.registry import EngineRegistry, default_registry
 from inferd.errors import InferdError, InvalidRequest, MethodNotAllowed, NotFound
 from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
-from inferd.limits.redis import RedisRateLimiter, RedisSpendCounter
+from inferd.limits.redis import RedisLimits
 from inferd.metering import UsageWriter, load_spend, usage_sink
 from inferd.services.chat import ChatService
 from inferd.store.db import create_engine, migrate
@@ -80,8 +80,7 @@ async def build_services(settings: Settings) -> Services:
     loader = partial(load_spend, db)
     if settings.redis_url:
         redis = Redis.from_url(settings.redis_url)
-        limits = Limits(RedisRateLimiter(redis, settings.redis_prefix),
-                        RedisSpendCounter(redis, settings.redis_prefix, loader))
+        limits: Limits = RedisLimits(redis, settings.redis_prefix, loader)
     else:
         limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
     hot = HotSqlite(db.url.database) if db.dialect.name == "sqlite" and db.url.database else None

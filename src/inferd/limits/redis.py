@@ -6,25 +6,9 @@ import os
 
 from redis.asyncio import Redis
 
-from inferd.limits.base import WINDOW_SECONDS, SpendLoader, current_month
-
-# Sliding window over a sorted set of admitted requests, scored by Redis's own clock in
-# microseconds so replicas with skewed clocks still share one window.
-_RATE_SCRIPT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local window = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local n = redis.call('ZCARD', KEYS[1])
-if n >= limit then
-  local oldest = redis.call('ZRANGE', KEYS[1], n - limit, n - limit, 'WITHSCORES')
-  return tonumber(oldest[2]) + window - now
-end
-redis.call('ZADD', KEYS[1], now, ARGV[3])
-redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
-return -1
-"""
+from inferd.errors import BudgetExceeded, RateLimited
+from inferd.limits.base import WINDOW_SECONDS, Limits, SpendLoader, current_month
+from inferd.store.keys import KeyRecord
 
 # Add to spend counters that exist; a missing counter is loaded from the database on next read.
 _ADD_SCRIPT = """
@@ -34,6 +18,31 @@ for i, key in ipairs(KEYS) do
   end
 end
 return 0
+"""
+
+# Both checks of the corridor in one round trip: the sliding window over a sorted set of
+# admitted requests (when ARGV[2] > 0), scored by Redis's own clock in microseconds so replicas
+# with skewed clocks share one window; then this month's spend (when KEYS[2] is not empty).
+# Returns {wait_us or -1, spend or false}.
+_ADMIT_SCRIPT = """
+local limit = tonumber(ARGV[2])
+if limit > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local window = tonumber(ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+  local n = redis.call('ZCARD', KEYS[1])
+  if n >= limit then
+    local oldest = redis.call('ZRANGE', KEYS[1], n - limit, n - limit, 'WITHSCORES')
+    return {tonumber(oldest[2]) + window - now, false}
+  end
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
+end
+if KEYS[2] ~= '' then
+  return {-1, redis.call('GET', KEYS[2])}
+end
+return {-1, false}
 """
 
 _SPEND_TTL_SECONDS = 40 * 86400
@@ -46,16 +55,13 @@ class RedisRateLimiter:
         self._redis = redis
         self._prefix = prefix + "rpm:"
         self._window_us = int(window * 1_000_000)
-        self._script = redis.register_script(_RATE_SCRIPT)
+        self._script = redis.register_script(_ADMIT_SCRIPT)
 
     async def hit(self, key: str, limit: int) -> int | None:
         """Count one request; None when admitted, else seconds until a slot frees."""
-        member = os.urandom(8).hex()
-        wait_us = await self._script(keys=[self._prefix + key], args=[self._window_us, limit, member])
-        wait_us = int(wait_us)
-        if wait_us < 0:
-            return None
-        return max(1, -(-wait_us // 1_000_000))
+        wait_us, _ = await self._script(keys=[self._prefix + key, ""],
+                                        args=[self._window_us, limit, os.urandom(8).hex()])
+        return None if int(wait_us) < 0 else max(1, -(-int(wait_us) // 1_000_000))
 
     async def close(self) -> None:
         """Close the connection pool."""
@@ -71,13 +77,14 @@ class RedisSpendCounter:
         self._load = loader
         self._add = redis.register_script(_ADD_SCRIPT)
 
-    def _key(self, key: str, month: str) -> str:
+    def key_name(self, key: str, month: str) -> str:
+        """The Redis key holding one key's spend for one month."""
         return f"{self._prefix}{key}:{month}"
 
     async def current(self, key: str) -> float:
         """Spend so far this month."""
         month = current_month()
-        name = self._key(key, month)
+        name = self.key_name(key, month)
         value = await self._redis.get(name)
         if value is None:
             loaded = await self._load(key, month)
@@ -89,8 +96,35 @@ class RedisSpendCounter:
         """Add committed costs to every replica's view."""
         if not amounts:
             return
-        names = [self._key(key, month) for key, month in amounts]
+        names = [self.key_name(key, month) for key, month in amounts]
         await self._add(keys=names, args=[repr(cost) for cost in amounts.values()])
 
     async def close(self) -> None:
         """Nothing beyond the shared client (closed by the rate limiter)."""
+
+
+class RedisLimits(Limits):
+    """The corridor's two checks against Redis in one round trip per request."""
+
+    def __init__(self, redis: Redis, prefix: str, loader: SpendLoader, window: float = WINDOW_SECONDS) -> None:
+        self._spend = RedisSpendCounter(redis, prefix, loader)
+        super().__init__(RedisRateLimiter(redis, prefix, window), self._spend)
+        self._rate_prefix = prefix + "rpm:"
+        self._window_us = int(window * 1_000_000)
+        self._admit = redis.register_script(_ADMIT_SCRIPT)
+
+    async def admit(self, key: KeyRecord, metered: bool) -> None:
+        """429 over the per-minute limit, else 402 when this month's spend reached the budget."""
+        budgeted = metered and key.budget_usd is not None
+        if key.rpm is None and not budgeted:
+            return
+        spend_key = self._spend.key_name(key.charged_key_id, current_month()) if budgeted else ""
+        wait_us, spend = await self._admit(
+            keys=[self._rate_prefix + key.access_key_id, spend_key],
+            args=[self._window_us, key.rpm or 0, os.urandom(8).hex()])
+        if int(wait_us) >= 0:
+            raise RateLimited(max(1, -(-int(wait_us) // 1_000_000)))
+        if budgeted:
+            current = float(spend) if spend is not None else await self._spend.current(key.charged_key_id)
+            if current >= key.budget_usd:  # type: ignore[operator]
+                raise BudgetExceeded(f"Monthly budget of {key.budget_usd} USD reached for key {key.charged_key_id}")
