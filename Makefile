@@ -3,6 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+# llama-cpp-python ships no binary wheel; it is built once per machine (about 12 minutes on
+# two cores) into this wheelhouse, outside the repository, and reused by every later install.
+WHEELHOUSE ?= $(HOME)/.cache/inferd/wheels
+LLAMA_CPP_VERSION := 0.3.36
 PG_URL ?= postgresql://127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
@@ -13,7 +17,9 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
+	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) wheel --no-deps -w $(WHEELHOUSE) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	$(PIP) install -q --find-links $(WHEELHOUSE) -e '.[test]'
 	touch $(STAMP)
 
 serve: install

@@ -172,26 +172,27 @@ class Server:
     base_url: str
     backend: Backend
     data_dir: Path
-    config: Path
+    config: Path | None
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, data_dir: Path, backend: Backend, config: Path, extra_env: dict[str, str] | None = None,
+    def start(cls, data_dir: Path, backend: Backend, config: Path | None, extra_env: dict[str, str] | None = None,
               args: tuple[str, ...] = ()) -> "Server":
-        """Start a server and wait until it answers."""
+        """Start a server (with the built-in catalogue when `config` is None) and wait until it answers."""
         port = free_port()
         env = clean_env({**backend.env(), **(extra_env or {})})
         log_path = data_dir / f"server-{port}.log"
+        config_args = ("--config", str(config)) if config else ()
         with open(log_path, "wb") as log:
-            process = subprocess.Popen([INFERD, "serve", "--host", "127.0.0.1", "--port", str(port), "--config",
-                                        str(config), "--data-dir", str(data_dir), "--no-batch-worker", *args],
+            process = subprocess.Popen([INFERD, "serve", "--host", "127.0.0.1", "--port", str(port), *config_args,
+                                        "--data-dir", str(data_dir), "--no-batch-worker", *args],
                                        stdout=log, stderr=subprocess.STDOUT, env=env)
         server = cls(process, f"http://127.0.0.1:{port}", backend, data_dir, config, log_path, env)
         server.wait_ready()
         return server
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 90.0) -> None:
         """Poll until the server answers HTTP."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -69,7 +69,7 @@ class Services:
 def load_config(settings: Settings, registry: EngineRegistry | None = None) -> tuple[Catalogue, EngineRegistry]:
     """The engine registry and the checked configuration file (ConfigError when wrong)."""
     registry = registry or default_registry()
-    return load_catalogue(settings.config_path, registry.option_keys()), registry
+    return load_catalogue(settings.config_path, registry.option_keys(), settings.model_dir), registry
 
 
 async def build_services(settings: Settings) -> Services:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from inferd.builtin import builtin_tables
 from inferd.errors import ConfigError
 
 MODEL_TYPES = ("chat", "vision-chat", "embeddings", "reranker", "ocr", "ocr-vision", "tts", "asr", "image-gen")
@@ -187,8 +188,7 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
     engine = raw.get("engine", "openai")
     if not isinstance(engine, str):
         raise where.fail(table, "engine", f"expected str, got {engine!r}")
-    builtin = raw.get("builtin") is True
-    if engine not in engine_keys and not builtin:
+    if engine not in engine_keys:
         raise where.fail(table, "engine", f"unknown engine {engine!r} (known: {', '.join(sorted(engine_keys))})")
     own_keys = engine_keys.get(engine, ())
     for key, value in raw.items():
@@ -241,6 +241,16 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
     return ModelConfig(options=options, **values)
 
 
+def _with_builtin(where: _Where, index: int, raw: Any, builtins: Mapping[str, dict[str, Any]]) -> Any:
+    """A `builtin = true` entry: the built-in model's table, with the keys the entry sets on top."""
+    if not isinstance(raw, dict) or raw.get("builtin") is not True:
+        return raw
+    if raw.get("id") not in builtins:
+        raise where.fail(f"[[models]] #{index + 1}", "id", f"no built-in model {raw.get('id')!r} "
+                         f"(built-in: {', '.join(builtins)})")
+    return {**builtins[raw["id"]], **raw}
+
+
 def _parse_idp(where: _Where, raw: Any) -> IdpConfig:
     if not isinstance(raw, dict):
         raise where.fail("[idp]", None, "expected a table")
@@ -253,10 +263,13 @@ def _parse_idp(where: _Where, raw: Any) -> IdpConfig:
     return IdpConfig(**raw)
 
 
-def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]) -> Catalogue:
-    """Read and check the TOML file; `None` gives the built-in catalogue (empty of models here)."""
+def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]],
+                   model_dir: Path | None = None) -> Catalogue:
+    """Read and check the TOML file; `None` gives the built-in catalogue."""
+    builtins = builtin_tables(model_dir or Path("~/.cache/inferd/models").expanduser())
     if path is None:
-        return Catalogue()
+        where = _Where("built-in catalogue")
+        return Catalogue(models=tuple(_parse_model(where, i, t, engine_keys) for i, t in enumerate(builtins.values())))
     where = _Where(str(path))
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -270,7 +283,8 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
     models_raw = raw.get("models", [])
     if not isinstance(models_raw, list):
         raise where.fail("[[models]]", None, "expected an array of tables")
-    models = tuple(_parse_model(where, i, m, engine_keys) for i, m in enumerate(models_raw))
+    models = tuple(_parse_model(where, i, _with_builtin(where, i, m, builtins), engine_keys)
+                   for i, m in enumerate(models_raw))
     seen: dict[str, str] = {}
     for model in models:
         for name in (model.id, *model.aliases):

@@ -46,6 +46,21 @@ class ChatTemplate:
             variables["enable_thinking"] = payload["reasoning_effort"] != "off"
         try:
             return (self._tools if tools else self._default).render(**variables)
-        except TemplateError as exc:
+        except (TemplateError, TypeError, ValueError) as exc:
             raise InvalidRequest(f"messages: the model's chat template rejected them: {exc}",
                                  param="messages") from None
+
+
+def text_only(messages: list[dict[str, Any]], model_id: str) -> list[dict[str, Any]]:
+    """Messages with content-part arrays joined into strings, for templates of text-only models
+    (which concatenate `content`); an image part is a 400 naming the model."""
+    flat = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, list):
+            if any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+                raise InvalidRequest(f"messages[{i}].content: model '{model_id}' does not accept images",
+                                     param=f"messages[{i}].content")
+            message = {**message, "content": "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))}
+        flat.append(message)
+    return flat

@@ -1,0 +1,144 @@
+"""Built-in chat model: generation tokens/s and time to first token through inferd, against
+llama-cpp-python called directly in one process, on the same prompts and sampling.
+
+    .venv/bin/python bench/builtin_chat.py [--max-tokens 128] [--rounds 2]
+
+Direct runs first (the model in this process, `create_chat_completion(stream=True)`), then the
+model is freed and `inferd serve` starts with the built-in catalogue; the same streamed requests
+go through it over loopback. Greedy sampling, one request at a time. Tokens/s counts completion
+tokens after the first one over the time since the first one; TTFT is from sending the request
+to the first content. Target: inferd within 5% of direct on both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+PROMPTS = [
+    "Write a Python function that checks whether a number is prime, with a docstring.",
+    "Explain the difference between a list and a tuple in Python.",
+    "Write a SQL query that returns the ten most recent orders per customer.",
+    "Describe how a hash map handles collisions.",
+]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def direct(max_tokens: int, rounds: int) -> list[dict[str, float]]:
+    """Stream each prompt from llama-cpp-python in this process."""
+    from llama_cpp import Llama
+
+    from inferd.engines.weights import QWEN_CODER_05B
+
+    model_dir = Path(os.environ.get("INFERD_MODEL_DIR", "~/.cache/inferd/models")).expanduser()
+    llm = Llama(model_path=str(QWEN_CODER_05B.assemble(model_dir)), n_ctx=8192, n_threads=os.cpu_count() or 2,
+                n_threads_batch=os.cpu_count() or 2, verbose=False)
+    results = []
+    try:
+        for _ in range(rounds):
+            for prompt in PROMPTS:
+                sent = time.perf_counter()
+                first = None
+                pieces = 0
+                for chunk in llm.create_chat_completion(messages=[{"role": "user", "content": prompt}], stream=True,
+                                                        temperature=0, top_p=1.0, max_tokens=max_tokens):
+                    delta = chunk["choices"][0]["delta"]
+                    if delta.get("content"):
+                        pieces += 1
+                        if first is None:
+                            first = time.perf_counter()
+                end = time.perf_counter()
+                assert first is not None
+                results.append({"ttft_ms": (first - sent) * 1000, "tokens_per_s": (pieces - 1) / (end - first)})
+    finally:
+        llm.close()
+    return results
+
+
+def through_inferd(max_tokens: int, rounds: int) -> list[dict[str, float]]:
+    """Stream each prompt through `inferd serve` with the built-in catalogue."""
+    venv_bin = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory() as data:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_") or k == "INFERD_MODEL_DIR"}
+        env["INFERD_DATA_DIR"] = data
+        created = subprocess.run([str(venv_bin / "inferd"), "keys", "create", "--org", "bench", "--type",
+                                  "application", "--json"], env=env, capture_output=True, text=True, check=True)
+        key = json.loads(created.stdout)["full_key"]
+        port = _free_port()
+        server = subprocess.Popen([str(venv_bin / "inferd"), "serve", "--port", str(port), "--no-batch-worker"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}/v1"
+            for _ in range(300):
+                try:
+                    httpx.get(url + "/models", headers={"Authorization": f"Bearer {key}"}, timeout=1)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+            results = []
+            with httpx.Client(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+                for _ in range(rounds):
+                    for prompt in PROMPTS:
+                        body = {"model": "fast", "stream": True, "temperature": 0, "top_p": 1.0,
+                                "max_tokens": max_tokens, "messages": [{"role": "user", "content": prompt}]}
+                        sent = time.perf_counter()
+                        first = None
+                        completion = 0
+                        with client.stream("POST", url + "/chat/completions", json=body) as response:
+                            for line in response.iter_lines():
+                                if not line.startswith("data: {"):
+                                    continue
+                                chunk: dict[str, Any] = json.loads(line[6:])
+                                if chunk.get("usage"):
+                                    completion = chunk["usage"]["completion_tokens"]
+                                if chunk["choices"] and chunk["choices"][0]["delta"].get("content") and first is None:
+                                    first = time.perf_counter()
+                        end = time.perf_counter()
+                        assert first is not None
+                        results.append({"ttft_ms": (first - sent) * 1000,
+                                        "tokens_per_s": (completion - 1) / (end - first)})
+            return results
+        finally:
+            server.terminate()
+            server.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    rows = {"direct": direct(args.max_tokens, args.rounds), "inferd": through_inferd(args.max_tokens, args.rounds)}
+    summary = {name: {metric: statistics.median(r[metric] for r in runs) for metric in ("ttft_ms", "tokens_per_s")}
+               for name, runs in rows.items()}
+    print(f"{'path':8} {'TTFT p50 ms':>12} {'tokens/s p50':>13}")
+    for name, values in summary.items():
+        print(f"{name:8} {values['ttft_ms']:12.1f} {values['tokens_per_s']:13.1f}")
+    speed = summary["inferd"]["tokens_per_s"] / summary["direct"]["tokens_per_s"]
+    ttft = summary["inferd"]["ttft_ms"] / summary["direct"]["ttft_ms"]
+    print(f"inferd/direct: tokens/s {speed:.3f}x, TTFT {ttft:.3f}x; "
+          f"target within 5%: {'MET' if speed >= 0.95 and ttft <= 1.05 else 'NOT MET'}")
+
+
+if __name__ == "__main__":
+    main()

