@@ -3,6 +3,7 @@ server with the built-in catalogue and the official openai SDK."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Iterator
@@ -164,3 +165,36 @@ def test_disconnect_frees_the_model(builtin: Server, key: str) -> None:
     assert reply.status_code == 200
     assert time.monotonic() - started < 20  # not stuck behind the abandoned 2000-token generation
     assert any(r["status_code"] == 499 for r in builtin.usage_rows(key))
+
+
+def test_seed_makes_sampling_repeatable(sdk: openai.OpenAI) -> None:
+    def sample() -> str:
+        reply = sdk.chat.completions.create(model=MODEL, temperature=1.0, seed=1234, max_tokens=12, messages=[
+            {"role": "user", "content": "Say something surprising."}])
+        return reply.choices[0].message.content or ""
+
+    assert sample() == sample()
+
+
+def test_stop_sequences_end_the_reply(sdk: openai.OpenAI) -> None:
+    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, stop=["3"], messages=[
+        {"role": "user", "content": "Count from 1 to 10 separated by spaces."}])
+    content = reply.choices[0].message.content or ""
+    assert "1" in content and "3" not in content and "4" not in content
+    assert reply.choices[0].finish_reason == "stop"
+
+
+def test_generation_leaves_the_event_loop_free_and_requests_queue(builtin: Server, key: str) -> None:
+    async def run() -> tuple[float, list[int]]:
+        async with httpx.AsyncClient(timeout=120, headers=auth(key)) as client:
+            body = {"model": MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": "Tell me a story."}]}
+            chats = [asyncio.create_task(client.post(builtin.v1 + "/chat/completions", json=body)) for _ in range(2)]
+            await asyncio.sleep(0.5)  # both are now generating or queued for the one slot
+            started = time.monotonic()
+            listed = await client.get(builtin.v1 + "/models")
+            listing_s = time.monotonic() - started
+            assert listed.status_code == 200
+            return listing_s, [r.status_code for r in await asyncio.gather(*chats)]
+
+    listing_s, statuses = asyncio.run(run())
+    assert listing_s < 0.5 and statuses == [200, 200]

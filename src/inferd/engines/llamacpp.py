@@ -60,6 +60,14 @@ def _model_path(model: ModelConfig) -> Path:
     return resolved
 
 
+def _fresh(llama: "Llama", sampling: dict[str, Any]) -> "Llama":
+    """The instance, its cache dropped when a seed asks for a repeatable sample: a prompt whose
+    prefix is reused is evaluated in smaller batches, and the logits differ in the last bits."""
+    if "seed" in sampling:
+        llama.reset()
+    return llama
+
+
 def _tool_names(payload: dict[str, Any]) -> frozenset[str]:
     return frozenset(t["function"]["name"] for t in payload.get("tools") or () if isinstance(t, dict)
                      and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str))
@@ -135,7 +143,7 @@ class LlamaCppEngine:
         llama = await self._slot()
         try:
             loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._executor, lambda: llama.create_completion(
+            result = await loop.run_in_executor(self._executor, lambda: _fresh(llama, sampling).create_completion(
                 prompt=tokens, stream=False, **sampling))
         finally:
             self._free.put_nowait(llama)  # type: ignore[union-attr]
@@ -168,7 +176,8 @@ class LlamaCppEngine:
             produced = 0
             finish = "stop"
             try:
-                pieces: Iterator[dict[str, Any]] = llama.create_completion(prompt=tokens, stream=True, **sampling)
+                pieces: Iterator[dict[str, Any]] = _fresh(llama, sampling).create_completion(
+                    prompt=tokens, stream=True, **sampling)
                 for piece in pieces:
                     if stop.is_set():
                         pieces.close()  # type: ignore[attr-defined]
