@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+import openai
 import pytest
 
 from tests.harness import Backend, Server, Upstream, pg_create_database, pg_drop_database, write_config
@@ -143,6 +144,27 @@ id = "mock-embed"
 type = "embeddings"
 base_url = "{upstream}/v1"
 upstream_model = "mock"
+aliases = ["embed-alias"]
+cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-embed-broken"
+type = "embeddings"
+base_url = "{upstream}/v1"
+upstream_model = "mock-error-400"
+
+[[models]]
+id = "mock-rerank"
+type = "reranker"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-rerank-logits"
+type = "reranker"
+base_url = "{upstream}/v1"
+upstream_model = "mock-logits"
 """
 
 
@@ -194,4 +216,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, config_fi
 def app_key(server: Server) -> str:
     """A fresh application key without limits."""
     return server.create_key()
+
+
+@pytest.fixture()
+def sdk(server: Server, app_key: str) -> Iterator[openai.OpenAI]:
+    """The official openai SDK pointed at the server with `app_key` (closed after the test)."""
+    with openai.OpenAI(base_url=server.v1, api_key=app_key, max_retries=0, timeout=30) as client:
+        yield client
 

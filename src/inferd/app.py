@@ -20,6 +20,8 @@ from inferd.api import docs as docs_routes
 from inferd.api import models as models_routes
 from inferd.api.asgi import Receive, Scope, Send
 from inferd.api.chat import ChatCompletionsRoute
+from inferd.api.embeddings import EmbeddingsRoute
+from inferd.api.rerank import RerankRoute
 from inferd.api.tokens import CountTokensRoute
 from inferd.auth.principal import Authenticator
 from inferd.catalogue import ModelCatalogue
@@ -152,6 +154,8 @@ class InferdApp:
         self._hot = {
             "/v1/chat/completions": ChatCompletionsRoute(services.auth, services.limits, services.chat),
             "/v1/chat/count_tokens": CountTokensRoute(services.auth, services.limits, services.catalogue),
+            "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.writer),
+            "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.writer),
         }
         try:
             yield

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +21,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from inferd.config import Cost
+from inferd.config import Cost, ModelConfig
 from inferd.limits.base import SpendCounter
 from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
+from inferd.store.keys import KeyRecord
 from inferd.store.tables import key_spend, usage_rows
 
 log = logging.getLogger("inferd.metering")
@@ -164,6 +166,18 @@ def usage_sink(engine: AsyncEngine, hot: HotSqlite | None) -> UsageSink:
     if hot is not None and engine.url.database:
         return SqliteSink(hot, engine.url.database)
     return SqlAlchemySink(engine)
+
+
+def usage_for(key: KeyRecord, config: ModelConfig, workspace: str, status: int, prompt: int, completion: int, *,
+              started: float, cached: int = 0, metadata: dict[str, str] | None = None,
+              price_factor: float = 1.0) -> Usage:
+    """The usage of one call of `key` on the deployment `config`, priced from the catalogue."""
+    return Usage(org=key.org_slug, deployment=config.deployment_name, key_id=key.charged_key_id,
+                 user_id=str(key.user_id) if key.user_id is not None else None, model=config.id,
+                 workspace=workspace, prompt_tokens=prompt, completion_tokens=completion,
+                 cached_prompt_tokens=cached if config.prefix_cache else 0,
+                 latency_ms=int((time.perf_counter() - started) * 1000), status_code=status,
+                 cost_usd=token_cost(config.cost, prompt, completion, price_factor), metadata=metadata)
 
 
 class UsageWriter:

@@ -14,12 +14,8 @@ PROMPT = count_prompt_tokens({"messages": HELLO})
 REPLY = " ".join(REPLY_WORDS)
 
 
-def client(server: Server, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key=key, max_retries=0, timeout=30)
-
-
-def test_blocking_chat_through_openai_sdk(server: Server, app_key: str) -> None:
-    reply = client(server, app_key).chat.completions.create(model="mock-chat", messages=HELLO)
+def test_blocking_chat_through_openai_sdk(sdk: openai.OpenAI) -> None:
+    reply = sdk.chat.completions.create(model="mock-chat", messages=HELLO)
     assert reply.choices[0].message.content.startswith("This is the mock upstream")
     assert reply.choices[0].finish_reason == "stop"
     assert reply.model == "mock-chat"
@@ -28,14 +24,14 @@ def test_blocking_chat_through_openai_sdk(server: Server, app_key: str) -> None:
         PROMPT, len(REPLY_WORDS), PROMPT + len(REPLY_WORDS))
 
 
-def test_alias_resolves_to_the_model(server: Server, app_key: str) -> None:
-    reply = client(server, app_key).chat.completions.create(model="fast", messages=HELLO)
+def test_alias_resolves_to_the_model(server: Server, app_key: str, sdk: openai.OpenAI) -> None:
+    reply = sdk.chat.completions.create(model="fast", messages=HELLO)
     assert reply.model == "mock-chat"
     assert server.usage_rows(app_key)[-1]["model"] == "mock-chat"
 
 
-def test_streaming_through_openai_sdk_ends_with_usage(server: Server, app_key: str) -> None:
-    stream = client(server, app_key).chat.completions.create(model="mock-chat", messages=HELLO, stream=True)
+def test_streaming_through_openai_sdk_ends_with_usage(sdk: openai.OpenAI) -> None:
+    stream = sdk.chat.completions.create(model="mock-chat", messages=HELLO, stream=True)
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == REPLY

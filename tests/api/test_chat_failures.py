@@ -33,8 +33,7 @@ def test_model_rejection_is_relayed_with_upstream_shape_and_status(server: Serve
     assert all(r["cost_usd"] == 0 for r in rows)
 
 
-def test_relayed_error_through_openai_sdk(server: Server, app_key: str) -> None:
-    sdk = openai.OpenAI(base_url=server.v1, api_key=app_key, max_retries=0)
+def test_relayed_error_through_openai_sdk(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         sdk.chat.completions.create(model="mock-err400", messages=HELLO)  # type: ignore[arg-type]
     assert caught.value.status_code == 400

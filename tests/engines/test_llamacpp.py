@@ -36,8 +36,9 @@ def key(builtin: Server) -> str:
 
 
 @pytest.fixture(scope="module")
-def sdk(builtin: Server, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=builtin.v1, api_key=key, max_retries=0, timeout=120)
+def sdk(builtin: Server, key: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=builtin.v1, api_key=key, max_retries=0, timeout=120) as client:
+        yield client
 
 
 def test_catalogue_lists_the_builtin_chat_model(builtin: Server, key: str) -> None:

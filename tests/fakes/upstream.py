@@ -59,6 +59,18 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
     return total
 
 
+def fake_embedding(text: str) -> list[float]:
+    """A deterministic 8-dimensional vector for a text."""
+    seed = sum(ord(ch) * (i + 1) for i, ch in enumerate(text))
+    return [((seed * (k + 3)) % 997) / 997.0 - 0.5 for k in range(8)]
+
+
+def fake_relevance(query: str, document: str) -> float:
+    """The share of the query's words found in the document, in [0, 1]."""
+    words = set(query.lower().split())
+    return len(words & set(document.lower().split())) / len(words) if words else 0.0
+
+
 def _reply_words(body: dict[str, Any]) -> tuple[list[str], str]:
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     words = list(REPLY_WORDS)
@@ -165,6 +177,32 @@ class FakeUpstream:
         await response.write_eof()
         return response
 
+    async def embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append({"path": request.path, "body": body})
+        status = _suffix_number(str(body.get("model", "")), "mock-error-")
+        if status:
+            return web.json_response({"error": {"message": "bad input", "type": "BadRequestError",
+                                                "code": int(status)}}, status=int(status))
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": fake_embedding(str(text))}
+                for i, text in enumerate(inputs)]
+        tokens = sum(len(str(text).split()) for text in inputs)
+        return web.json_response({"object": "list", "data": data, "model": body.get("model"),
+                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def rerank(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append({"path": request.path, "body": body})
+        results = [{"index": i, "relevance_score": fake_relevance(body["query"], doc)}
+                   for i, doc in enumerate(body["documents"])]
+        if body.get("model") == "mock-logits":  # some servers answer raw cross-encoder logits
+            results = [{**r, "relevance_score": r["relevance_score"] * 10 - 5} for r in results]
+        results.sort(key=lambda r: -r["relevance_score"])
+        tokens = len(body["query"].split()) + sum(len(d.split()) for d in body["documents"])
+        return web.json_response({"results": results[:body.get("top_n") or len(results)],
+                                  "usage": {"total_tokens": tokens}})
+
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append({"path": request.path, "body": body})
@@ -189,6 +227,8 @@ def build_app() -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", fake.chat)
     app.router.add_post("/tokenize", fake.tokenize)
+    app.router.add_post("/v1/embeddings", fake.embeddings)
+    app.router.add_post("/v1/rerank", fake.rerank)
     app.router.add_get("/_requests", fake.recorded)
     app.router.add_get("/_aborts", fake.recorded_aborts)
     app.router.add_post("/_reset", fake.reset)

@@ -8,6 +8,8 @@ from fastapi import APIRouter
 from inferd.errors import ServiceUnavailable
 from inferd.protocol.chat import (ChatCompletionRequest, ChatCompletionResponse, CountTokensRequest,
                                   CountTokensResponse)
+from inferd.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
+from inferd.protocol.rerank import RerankRequest, RerankResponse
 
 router = APIRouter()
 
@@ -21,4 +23,16 @@ async def chat_completions(request: ChatCompletionRequest) -> ChatCompletionResp
 @router.post("/v1/chat/count_tokens", response_model=CountTokensResponse, tags=["chat"])
 async def count_tokens(request: CountTokensRequest) -> CountTokensResponse:
     """Prompt tokens a completion of this request would bill; free, no usage row."""
+    raise ServiceUnavailable("not served here")
+
+
+@router.post("/v1/embeddings", response_model=EmbeddingResponse, tags=["embeddings"])
+async def embeddings(request: EmbeddingRequest) -> EmbeddingResponse:
+    """Dense embeddings; priced on input tokens only."""
+    raise ServiceUnavailable("not served here")
+
+
+@router.post("/v1/rerank", response_model=RerankResponse, tags=["rerank"])
+async def rerank(request: RerankRequest) -> RerankResponse:
+    """Documents scored against the query, best first."""
     raise ServiceUnavailable("not served here")

@@ -81,3 +81,17 @@ def estimate_tokens(payload: dict[str, Any]) -> int:
     if payload.get("tools"):
         total += 16 + len(orjson.dumps(payload["tools"])) // 4
     return total
+
+
+class EmbeddingEngine(Protocol):
+    """An engine serving `embeddings` models."""
+
+    async def embed(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The OpenAI embeddings response (`data[].embedding` as floats, `usage.prompt_tokens`)."""
+
+
+class RerankEngine(Protocol):
+    """An engine serving `reranker` models."""
+
+    async def rerank(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`{results: [{index, relevance_score}], usage?}` for `{model, query, documents, top_n}`."""

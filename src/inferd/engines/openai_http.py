@@ -52,7 +52,7 @@ class OpenAIHTTPEngine:
     def __init__(self, model: ModelConfig) -> None:
         if not model.base_url:
             raise ConfigError(f"model {model.id!r}: engine 'openai' needs base_url")
-        base = model.base_url.rstrip("/")
+        base = self._base = model.base_url.rstrip("/")
         self._chat_url = base + "/chat/completions"
         # vLLM serves /tokenize beside /v1, not under it.
         self._tokenize_url = (base[:-3] if base.endswith("/v1") else base) + "/tokenize"
@@ -99,9 +99,9 @@ class OpenAIHTTPEngine:
         detail = raw.decode("utf-8", "replace")[:500]
         raise EngineError(f"The model's engine answered {response.status}: {detail}")
 
-    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """One blocking chat completion."""
-        response = await self._post(self._chat_url, payload)
+    async def _post_json(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST a JSON body and return the JSON object answered."""
+        response = await self._post(url, payload)
         if response.status >= 300:
             await self._fail(response)
         try:
@@ -116,8 +116,29 @@ class OpenAIHTTPEngine:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise EngineError("The model's engine returned a body that is not JSON") from None
-        if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
+        if not isinstance(body, dict):
+            raise EngineError("The model's engine returned JSON that is not an object")
+        return body
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One blocking chat completion."""
+        body = await self._post_json(self._chat_url, payload)
+        if not isinstance(body.get("choices"), list):
             raise EngineError("The model's engine returned no choices")
+        return body
+
+    async def embed(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`POST {base_url}/embeddings`: the OpenAI embeddings response."""
+        body = await self._post_json(self._base + "/embeddings", payload)
+        if not isinstance(body.get("data"), list):
+            raise EngineError("The model's engine returned no embeddings")
+        return body
+
+    async def rerank(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`POST {base_url}/rerank` with {model, query, documents, top_n}: `{results: [{index, relevance_score}]}`."""
+        body = await self._post_json(self._base + "/rerank", payload)
+        if not isinstance(body.get("results"), list):
+            raise EngineError("The model's engine returned no rerank results")
         return body
 
     async def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[list[bytes]]:

@@ -17,7 +17,7 @@ from inferd.api.checks import check_reasoning_effort
 from inferd.catalogue import CHAT_TYPES, Deployment, ModelCatalogue
 from inferd.engines.base import estimate_tokens, prompt_upper_bound
 from inferd.errors import InferdError, InvalidRequest
-from inferd.metering import Usage, UsageWriter, token_cost
+from inferd.metering import UsageWriter, usage_for
 from inferd.store.keys import KeyRecord
 
 CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
@@ -121,14 +121,9 @@ class ChatService:
             payload[limit_field] = window - count
 
     async def _meter(self, call: ChatCall, status: int, prompt: int, completion: int, cached: int) -> None:
-        config = call.deployment.config
-        await self._writer.record(Usage(
-            org=call.key.org_slug, deployment=config.deployment_name, key_id=call.key.charged_key_id,
-            user_id=str(call.key.user_id) if call.key.user_id is not None else None, model=config.id,
-            workspace=call.workspace, prompt_tokens=prompt, completion_tokens=completion,
-            cached_prompt_tokens=cached if config.prefix_cache else 0,
-            latency_ms=int((time.perf_counter() - call.started) * 1000), status_code=status,
-            cost_usd=token_cost(config.cost, prompt, completion, call.price_factor), metadata=call.metadata))
+        await self._writer.record(usage_for(call.key, call.deployment.config, call.workspace, status, prompt,
+                                            completion, started=call.started, cached=cached, metadata=call.metadata,
+                                            price_factor=call.price_factor))
 
     async def _prompt_tokens(self, call: ChatCall) -> int:
         """The prompt's size when the engine reported none (estimate if counting fails)."""

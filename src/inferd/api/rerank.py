@@ -1,0 +1,86 @@
+"""POST /v1/rerank: documents scored against a query, best first (the vLLM / Jina / Cohere shape)."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from typing import Any, cast
+
+import orjson
+
+from inferd.api.asgi import JSON_HEADERS, Receive, Send, send_bytes
+from inferd.api.checks import check_model
+from inferd.api.hot import JsonRoute
+from inferd.auth.principal import Authenticator
+from inferd.catalogue import ModelCatalogue
+from inferd.engines.base import RerankEngine
+from inferd.errors import EngineError, InferdError, InvalidRequest
+from inferd.limits.base import Limits
+from inferd.metering import UsageWriter, usage_for
+from inferd.store.keys import KeyRecord
+
+
+def check_rerank(body: dict[str, Any]) -> None:
+    """RerankRequest: model, query string, documents array of strings, top_n integer >= 1."""
+    check_model(body)
+    if not isinstance(body.get("query"), str):
+        raise InvalidRequest("query: required string", param="query")
+    documents = body.get("documents")
+    if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
+        raise InvalidRequest("documents: required array of strings", param="documents")
+    top_n = body.get("top_n")
+    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
+        raise InvalidRequest("top_n: must be an integer >= 1", param="top_n")
+
+
+def _scores_in_unit_range(results: list[dict[str, Any]]) -> None:
+    """Engines that answer raw logits get a sigmoid (order kept), so scores always lie in [0, 1]."""
+    if any(not 0.0 <= r["relevance_score"] <= 1.0 for r in results):
+        for r in results:
+            r["relevance_score"] = 1.0 / (1.0 + math.exp(-r["relevance_score"]))
+
+
+class RerankRoute(JsonRoute):
+    """validate -> limits -> catalogue -> engine -> usage row (workspace rerank)."""
+
+    def __init__(self, auth: Authenticator, limits: Limits, catalogue: ModelCatalogue, writer: UsageWriter) -> None:
+        super().__init__(auth, limits)
+        self._catalogue = catalogue
+        self._writer = writer
+
+    async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
+        """Score and sort the documents."""
+        check_rerank(body)
+        await self.limits.admit(key, metered=True)
+        deployment = self._catalogue.resolve(body["model"], key)
+        deployment.require_type(("reranker",), "rerank")
+        documents: list[str] = body["documents"]
+        top_n = min(body.get("top_n") or len(documents), len(documents))
+        started = time.perf_counter()
+        engine = cast(RerankEngine, deployment.engine)
+        payload = {"model": deployment.config.upstream_model or deployment.id, "query": body["query"],
+                   "documents": documents, "top_n": top_n}
+        try:
+            reply = await engine.rerank(payload)
+            results = [{"index": int(r["index"]), "relevance_score": float(r["relevance_score"])}
+                       for r in reply["results"]]
+            if any(not 0 <= r["index"] < len(documents) for r in results):
+                raise EngineError("The model's engine answered an index outside the documents")
+        except (KeyError, TypeError, ValueError):
+            error = EngineError("The model's engine gave an unreadable rerank answer")
+            await self._writer.record(usage_for(key, deployment.config, "rerank", error.status, 0, 0, started=started))
+            raise error from None
+        except InferdError as exc:
+            await self._writer.record(usage_for(key, deployment.config, "rerank", exc.status, 0, 0, started=started))
+            raise
+        _scores_in_unit_range(results)
+        results.sort(key=lambda r: r["relevance_score"], reverse=True)
+        for r in results:
+            r["document"] = {"text": documents[r["index"]]}
+        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+        prompt = int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
+        await self._writer.record(usage_for(key, deployment.config, "rerank", 200, prompt, 0, started=started))
+        answer = {"id": f"rerank-{uuid.uuid4().hex}", "model": deployment.id, "results": results[:top_n],
+                  "usage": {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}}
+        await send_bytes(send, 200, orjson.dumps(answer), JSON_HEADERS)
