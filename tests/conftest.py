@@ -224,3 +224,13 @@ def sdk(server: Server, app_key: str) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=server.v1, api_key=app_key, max_retries=0, timeout=30) as client:
         yield client
 
+
+
+@pytest.fixture(scope="session")
+def builtin(tmp_path_factory: pytest.TempPathFactory, backend: Backend) -> Iterator[Server]:
+    """`inferd serve` with no configuration file: the built-in catalogue."""
+    srv = Server.start(tmp_path_factory.mktemp("builtin"), backend, None)
+    try:
+        yield srv
+    finally:
+        srv.stop()

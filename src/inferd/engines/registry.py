@@ -13,7 +13,7 @@ from inferd.config import ModelConfig
 from inferd.engines.base import Engine
 from inferd.errors import ConfigError
 
-DEFAULT_ENGINES = ("inferd.engines.openai_http", "inferd.engines.llamacpp")
+DEFAULT_ENGINES = ("inferd.engines.openai_http", "inferd.engines.llamacpp", "inferd.engines.sbert")
 
 
 @dataclass(frozen=True)
