@@ -16,9 +16,7 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _builtin_server import builtin_server  # noqa: E402
 
 PROMPTS = [
     "Write a Python function that checks whether a number is prime, with a docstring.",
@@ -34,14 +35,6 @@ PROMPTS = [
     "Write a SQL query that returns the ten most recent orders per customer.",
     "Describe how a hash map handles collisions.",
 ]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def direct(max_tokens: int, rounds: int) -> list[dict[str, float]]:
@@ -77,50 +70,30 @@ def direct(max_tokens: int, rounds: int) -> list[dict[str, float]]:
 
 def through_inferd(max_tokens: int, rounds: int) -> list[dict[str, float]]:
     """Stream each prompt through `inferd serve` with the built-in catalogue."""
-    venv_bin = Path(sys.executable).parent
-    with tempfile.TemporaryDirectory() as data:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_") or k == "INFERD_MODEL_DIR"}
-        env["INFERD_DATA_DIR"] = data
-        created = subprocess.run([str(venv_bin / "inferd"), "keys", "create", "--org", "bench", "--type",
-                                  "application", "--json"], env=env, capture_output=True, text=True, check=True)
-        key = json.loads(created.stdout)["full_key"]
-        port = _free_port()
-        server = subprocess.Popen([str(venv_bin / "inferd"), "serve", "--port", str(port), "--no-batch-worker"],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{port}/v1"
-            for _ in range(300):
-                try:
-                    httpx.get(url + "/models", headers={"Authorization": f"Bearer {key}"}, timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
-            results = []
-            with httpx.Client(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
-                for _ in range(rounds):
-                    for prompt in PROMPTS:
-                        body = {"model": "fast", "stream": True, "temperature": 0, "top_p": 1.0,
-                                "max_tokens": max_tokens, "messages": [{"role": "user", "content": prompt}]}
-                        sent = time.perf_counter()
-                        first = None
-                        completion = 0
-                        with client.stream("POST", url + "/chat/completions", json=body) as response:
-                            for line in response.iter_lines():
-                                if not line.startswith("data: {"):
-                                    continue
-                                chunk: dict[str, Any] = json.loads(line[6:])
-                                if chunk.get("usage"):
-                                    completion = chunk["usage"]["completion_tokens"]
-                                if chunk["choices"] and chunk["choices"][0]["delta"].get("content") and first is None:
-                                    first = time.perf_counter()
-                        end = time.perf_counter()
-                        assert first is not None
-                        results.append({"ttft_ms": (first - sent) * 1000,
-                                        "tokens_per_s": (completion - 1) / (end - first)})
-            return results
-        finally:
-            server.terminate()
-            server.wait(30)
+    with builtin_server() as (url, key):
+        results = []
+        with httpx.Client(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+            for _ in range(rounds):
+                for prompt in PROMPTS:
+                    body = {"model": "fast", "stream": True, "temperature": 0, "top_p": 1.0,
+                            "max_tokens": max_tokens, "messages": [{"role": "user", "content": prompt}]}
+                    sent = time.perf_counter()
+                    first = None
+                    completion = 0
+                    with client.stream("POST", url + "/chat/completions", json=body) as response:
+                        for line in response.iter_lines():
+                            if not line.startswith("data: {"):
+                                continue
+                            chunk: dict[str, Any] = json.loads(line[6:])
+                            if chunk.get("usage"):
+                                completion = chunk["usage"]["completion_tokens"]
+                            if chunk["choices"] and chunk["choices"][0]["delta"].get("content") and first is None:
+                                first = time.perf_counter()
+                    end = time.perf_counter()
+                    assert first is not None
+                    results.append({"ttft_ms": (first - sent) * 1000,
+                                    "tokens_per_s": (completion - 1) / (end - first)})
+        return results
 
 
 def main() -> None:

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _builtin_server import builtin_server  # noqa: E402
 
 SUBJECTS = ["The cat", "A bank", "My phone", "The river", "Our team", "This recipe", "The market", "A child"]
 VERBS = ["sleeps", "opened", "broke", "flooded", "won", "needs salt", "fell", "laughed"]
@@ -65,31 +63,10 @@ async def _load(url: str, key: str, concurrency: int, seconds: float) -> int:
 
 def through_inferd(concurrency: int, seconds: float) -> float:
     """Sentences per second through `inferd serve`, one sentence per request."""
-    venv_bin = Path(sys.executable).parent
-    with tempfile.TemporaryDirectory() as data:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_") or k == "INFERD_MODEL_DIR"}
-        env["INFERD_DATA_DIR"] = data
-        created = subprocess.run([str(venv_bin / "inferd"), "keys", "create", "--org", "bench", "--type",
-                                  "application", "--json"], env=env, capture_output=True, text=True, check=True)
-        key = json.loads(created.stdout)["full_key"]
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        server = subprocess.Popen([str(venv_bin / "inferd"), "serve", "--port", str(port), "--no-batch-worker"],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{port}/v1/embeddings"
-            for _ in range(300):
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
-            asyncio.run(_load(url, key, concurrency, 2))  # warm up
-            return asyncio.run(_load(url, key, concurrency, seconds)) / seconds
-        finally:
-            server.terminate()
-            server.wait(30)
+    with builtin_server() as (base, key):
+        url = base + "/embeddings"
+        asyncio.run(_load(url, key, concurrency, 2))  # warm up
+        return asyncio.run(_load(url, key, concurrency, seconds)) / seconds
 
 
 def main() -> None:
