@@ -161,6 +161,13 @@ upstream_model = "mock"
 cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
 
 [[models]]
+id = "mock-tts"
+type = "tts"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+cost = {{ input_per_m_token = 10.0, output_per_m_token = 0.0 }}
+
+[[models]]
 id = "mock-rerank-logits"
 type = "reranker"
 base_url = "{upstream}/v1"

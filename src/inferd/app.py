@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inferd import __version__
+from inferd.api import audio as audio_routes
 from inferd.api import docs as docs_routes
 from inferd.api import models as models_routes
 from inferd.api.asgi import Receive, Scope, Send
@@ -145,6 +146,7 @@ class InferdApp:
                            description=f"Self-hosted inference API (inferd {__version__})")
         _install_error_handlers(self.api)
         self.api.include_router(models_routes.router)
+        self.api.include_router(audio_routes.router)
         self.api.include_router(docs_routes.router)
 
     @asynccontextmanager

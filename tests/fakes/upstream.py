@@ -203,6 +203,14 @@ class FakeUpstream:
         return web.json_response({"results": results[:body.get("top_n") or len(results)],
                                   "usage": {"total_tokens": tokens}})
 
+    async def speech(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append({"path": request.path, "body": body})
+        return web.Response(body=b"FAKEAUDIO:" + str(body.get("input")).encode(), content_type="audio/flac")
+
+    async def voices(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "alloy"}, {"id": "echo", "language": "en"}]})
+
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append({"path": request.path, "body": body})
@@ -229,6 +237,8 @@ def build_app() -> web.Application:
     app.router.add_post("/tokenize", fake.tokenize)
     app.router.add_post("/v1/embeddings", fake.embeddings)
     app.router.add_post("/v1/rerank", fake.rerank)
+    app.router.add_post("/v1/audio/speech", fake.speech)
+    app.router.add_get("/v1/audio/voices", fake.voices)
     app.router.add_get("/_requests", fake.recorded)
     app.router.add_get("/_aborts", fake.recorded_aborts)
     app.router.add_post("/_reset", fake.reset)

@@ -25,3 +25,12 @@ async def long_lived_key(request: Request) -> KeyRecord:
     require_long_lived(key)
     await svc.limits.admit(key, metered=False)
     return key
+
+
+async def metered_key(request: Request) -> KeyRecord:
+    """An application or admin key on a metered route: rate limit, then the monthly budget."""
+    svc = services(request)
+    key = await svc.auth.authenticate(request.headers.get("authorization"))
+    require_long_lived(key)
+    await svc.limits.admit(key, metered=True)
+    return key

@@ -141,6 +141,36 @@ class OpenAIHTTPEngine:
             raise EngineError("The model's engine returned no rerank results")
         return body
 
+    async def speech(self, payload: dict[str, Any]) -> tuple[bytes, str]:
+        """`POST {base_url}/audio/speech`: the audio bytes and their Content-Type."""
+        response = await self._post(self._base + "/audio/speech", payload)
+        if response.status >= 300:
+            await self._fail(response)
+        try:
+            audio = await response.read()
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            raise EngineError(f"The model's engine failed: {exc}") from None
+        finally:
+            response.release()
+        return audio, response.headers.get("Content-Type", "audio/wav")
+
+    async def voices(self) -> Any:
+        """`GET {base_url}/audio/voices`, as the engine lists them."""
+        try:
+            response = await self._client().get(self._base + "/audio/voices", headers=self._headers)
+        except asyncio.TimeoutError:
+            raise EngineTimeout(f"The model did not respond within {self._timeout_s:g} s") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise EngineUnavailable(f"The model's engine is unreachable: {exc}") from None
+        if response.status >= 300:
+            await self._fail(response)
+        try:
+            return orjson.loads(await response.read())
+        except orjson.JSONDecodeError:
+            raise EngineError("The model's engine returned a voice list that is not JSON") from None
+        finally:
+            response.release()
+
     async def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[list[bytes]]:
         """Relay the upstream's SSE events, buffered to the blank line, until `[DONE]`."""
         response = await self._post(self._chat_url, payload)

@@ -13,7 +13,8 @@ from inferd.config import ModelConfig
 from inferd.engines.base import Engine
 from inferd.errors import ConfigError
 
-DEFAULT_ENGINES = ("inferd.engines.openai_http", "inferd.engines.llamacpp", "inferd.engines.sbert")
+DEFAULT_ENGINES = ("inferd.engines.openai_http", "inferd.engines.llamacpp", "inferd.engines.sbert",
+                   "inferd.engines.piper_tts")
 
 
 @dataclass(frozen=True)

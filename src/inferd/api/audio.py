@@ -1,0 +1,77 @@
+"""POST /v1/audio/speech and GET /v1/voices (workspace `audio`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from inferd.api.checks import MAX_MODEL_LENGTH, check_model
+from inferd.api.deps import metered_key, services
+from inferd.engines.audio_codec import FORMATS
+from inferd.errors import InferdError, InvalidRequest
+from inferd.metering import usage_for
+from inferd.protocol.audio import SpeechRequest
+from inferd.store.keys import KeyRecord
+
+router = APIRouter(tags=["audio"])
+
+
+def check_speech(body: Any) -> dict[str, Any]:
+    """SpeechRequest: `model` is the only field the service itself requires; the format and
+    speed are checked because the service encodes the audio."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
+    check_model(body)
+    audio_format = body.get("response_format") or "mp3"
+    if audio_format not in FORMATS:
+        raise InvalidRequest(f"response_format: must be one of {', '.join(FORMATS)}", param="response_format")
+    speed = body.get("speed", 1.0)
+    if speed is not None and (isinstance(speed, bool) or not isinstance(speed, (int, float))
+                              or not 0.25 <= speed <= 4.0):
+        raise InvalidRequest("speed: must be a number from 0.25 to 4.0", param="speed")
+    return body
+
+
+@router.post("/v1/audio/speech", responses={200: {"content": {f"audio/{f}": {} for f in FORMATS}}},
+             openapi_extra={"requestBody": {"content": {"application/json": {
+                 "schema": SpeechRequest.model_json_schema()}}}})
+async def speech(request: Request, key: KeyRecord = Depends(metered_key)) -> Response:
+    """Text to speech; the audio comes back in `response_format` (mp3 by default)."""
+    try:
+        body = check_speech(orjson.loads(await request.body()))
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
+    svc = services(request)
+    deployment = svc.catalogue.resolve(body["model"], key)
+    deployment.require_type(("tts",), "speech")
+    started = time.perf_counter()
+    payload = {**body, "model": deployment.config.upstream_model or deployment.id,
+               "response_format": body.get("response_format") or "mp3"}
+    characters = len(body["input"]) if isinstance(body.get("input"), str) else 0
+    try:
+        audio, content_type = await deployment.engine.speech(payload)  # type: ignore[attr-defined]
+    except InferdError as exc:
+        await svc.writer.record(usage_for(key, deployment.config, "audio", exc.status, 0, 0, started=started))
+        raise
+    await svc.writer.record(usage_for(key, deployment.config, "audio", 200, characters, 0, started=started))
+    return Response(audio, media_type=content_type)
+
+
+@router.get("/v1/voices")
+async def voices(request: Request, model: str = Query("tts", max_length=MAX_MODEL_LENGTH),
+                 key: KeyRecord = Depends(metered_key)) -> Response:
+    """The speech model's voices, as its engine lists them."""
+    svc = services(request)
+    deployment = svc.catalogue.resolve(model, key)
+    deployment.require_type(("tts",), "voices")
+    started = time.perf_counter()
+    try:
+        listed = await deployment.engine.voices()  # type: ignore[attr-defined]
+    except InferdError as exc:
+        await svc.writer.record(usage_for(key, deployment.config, "audio", exc.status, 0, 0, started=started))
+        raise
+    await svc.writer.record(usage_for(key, deployment.config, "audio", 200, 0, 0, started=started))
+    return Response(orjson.dumps(listed), media_type="application/json")
