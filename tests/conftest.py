@@ -241,3 +241,4 @@ def builtin(tmp_path_factory: pytest.TempPathFactory, backend: Backend) -> Itera
         yield srv
     finally:
         srv.stop()
+

@@ -22,7 +22,7 @@ WEATHER = [{"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def key(builtin: Server) -> str:
-    return builtin.create_key()
+    return builtin.create_key()  # a key of the module's own, so its usage rows are its own
 
 
 @pytest.fixture(scope="module")

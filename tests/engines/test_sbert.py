@@ -18,12 +18,12 @@ REFERENCE = json.loads((Path(__file__).parent.parent / "data" / "minilm_referenc
 
 @pytest.fixture(scope="module")
 def key(builtin: Server) -> str:
-    return builtin.create_key()
+    return builtin.create_key()  # a key of the module's own, so its usage rows are its own
 
 
 @pytest.fixture(scope="module")
 def sdk(builtin: Server, key: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=builtin.v1, api_key=key, max_retries=0, timeout=60) as client:
+    with openai.OpenAI(base_url=builtin.v1, api_key=key, max_retries=0, timeout=120) as client:
         yield client
 
 

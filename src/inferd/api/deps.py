@@ -18,19 +18,19 @@ def services(request: Request) -> "Services":
     return request.app.state.services  # type: ignore[no-any-return]
 
 
-async def long_lived_key(request: Request) -> KeyRecord:
-    """An application or admin key, rate limited; cold routes are never metered (no 402)."""
+async def _admitted_key(request: Request, metered: bool) -> KeyRecord:
     svc = services(request)
     key = await svc.auth.authenticate(request.headers.get("authorization"))
     require_long_lived(key)
-    await svc.limits.admit(key, metered=False)
+    await svc.limits.admit(key, metered=metered)
     return key
+
+
+async def long_lived_key(request: Request) -> KeyRecord:
+    """An application or admin key, rate limited, on a route that is never metered (no 402)."""
+    return await _admitted_key(request, metered=False)
 
 
 async def metered_key(request: Request) -> KeyRecord:
     """An application or admin key on a metered route: rate limit, then the monthly budget."""
-    svc = services(request)
-    key = await svc.auth.authenticate(request.headers.get("authorization"))
-    require_long_lived(key)
-    await svc.limits.admit(key, metered=True)
-    return key
+    return await _admitted_key(request, metered=True)
