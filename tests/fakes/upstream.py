@@ -208,6 +208,14 @@ class FakeUpstream:
         self.requests.append({"path": request.path, "body": body})
         return web.Response(body=b"FAKEAUDIO:" + str(body.get("input")).encode(), content_type="audio/flac")
 
+    async def transcriptions(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        upload = form["file"]
+        fields = {k: str(v) for k, v in form.items() if k != "file"}
+        self.requests.append({"path": request.path, "body": {**fields, "file_bytes": len(upload.file.read())}})
+        return web.json_response({"text": "fake transcript", "language": "en", "duration": 1.5,
+                                  "segments": [{"id": 0, "start": 0.0, "end": 1.5, "text": " fake transcript"}]})
+
     async def voices(self, request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "alloy"}, {"id": "echo", "language": "en"}]})
 
@@ -239,6 +247,7 @@ def build_app() -> web.Application:
     app.router.add_post("/v1/rerank", fake.rerank)
     app.router.add_post("/v1/audio/speech", fake.speech)
     app.router.add_get("/v1/audio/voices", fake.voices)
+    app.router.add_post("/v1/audio/transcriptions", fake.transcriptions)
     app.router.add_get("/_requests", fake.recorded)
     app.router.add_get("/_aborts", fake.recorded_aborts)
     app.router.add_post("/_reset", fake.reset)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from inferd.api.checks import MAX_MODEL_LENGTH, check_model
 from inferd.api.deps import metered_key, services
+from inferd.api.uploads import read_upload
 from inferd.engines.audio_codec import FORMATS
 from inferd.errors import InferdError, InvalidRequest
 from inferd.metering import usage_for
@@ -75,3 +76,66 @@ async def voices(request: Request, model: str = Query("tts", max_length=MAX_MODE
         raise
     await svc.writer.record(usage_for(key, deployment.config, "audio", 200, 0, 0, started=started))
     return Response(orjson.dumps(listed), media_type="application/json")
+
+
+MAX_AUDIO_BYTES = 75 * 1024 * 1024
+TRANSCRIPT_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+
+
+def _timestamp(seconds: float, separator: str) -> str:
+    millis = int(round(seconds * 1000))
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    secs, millis = divmod(millis, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{millis:03d}"
+
+
+def render_transcript(result: dict[str, Any], response_format: str) -> Response:
+    """The transcript in the requested format."""
+    segments = result.get("segments") or []
+    if response_format == "json":
+        return Response(orjson.dumps({"text": result["text"]}), media_type="application/json")
+    if response_format == "verbose_json":
+        verbose = {"task": "transcribe", "language": result.get("language"), "duration": result.get("duration"),
+                   "text": result["text"], "segments": segments}
+        return Response(orjson.dumps(verbose), media_type="application/json")
+    if response_format == "text":
+        return Response(result["text"], media_type="text/plain")
+    if response_format == "srt":
+        blocks = [f"{i + 1}\n{_timestamp(s['start'], ',')} --> {_timestamp(s['end'], ',')}\n{s['text'].strip()}\n"
+                  for i, s in enumerate(segments)]
+        return Response("\n".join(blocks), media_type="text/plain")
+    blocks = [f"{_timestamp(s['start'], '.')} --> {_timestamp(s['end'], '.')}\n{s['text'].strip()}\n"
+              for s in segments]
+    return Response("WEBVTT\n\n" + "\n".join(blocks), media_type="text/vtt")
+
+
+@router.post("/v1/audio/transcriptions", openapi_extra={"requestBody": {"content": {"multipart/form-data": {
+    "schema": {"type": "object", "required": ["file"], "properties": {
+        "file": {"type": "string", "format": "binary"}, "model": {"type": "string"},
+        "language": {"type": "string"}, "prompt": {"type": "string"},
+        "response_format": {"type": "string", "enum": list(TRANSCRIPT_FORMATS)}}}}}}})
+async def transcriptions(request: Request, model: str = Query("stt", max_length=MAX_MODEL_LENGTH),
+                         key: KeyRecord = Depends(metered_key)) -> Response:
+    """Speech to text. The query's `model` picks the deployment; the form's `model` goes to the engine."""
+    svc = services(request)
+    deployment = svc.catalogue.resolve(model, key)
+    deployment.require_type(("asr",), "transcriptions")
+    upload = await read_upload(request, "file", MAX_AUDIO_BYTES, "Audio upload")
+    try:
+        response_format = upload.fields.get("response_format") or "json"
+        if response_format not in TRANSCRIPT_FORMATS:
+            raise InvalidRequest(f"response_format: must be one of {', '.join(TRANSCRIPT_FORMATS)}",
+                                 param="response_format")
+        started = time.perf_counter()
+        try:
+            result = await deployment.engine.transcribe(  # type: ignore[attr-defined]
+                str(upload.path), upload.filename or "audio", upload.fields)
+        except InferdError as exc:
+            await svc.writer.record(usage_for(key, deployment.config, "audio", exc.status, 0, 0, started=started))
+            raise
+    finally:
+        upload.discard()
+    await svc.writer.record(usage_for(key, deployment.config, "audio", 200, 0, len(result["text"]),
+                                      started=started))
+    return render_transcript(result, response_format)

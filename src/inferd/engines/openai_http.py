@@ -154,6 +154,34 @@ class OpenAIHTTPEngine:
             response.release()
         return audio, response.headers.get("Content-Type", "audio/wav")
 
+    async def transcribe(self, path: str, filename: str, fields: dict[str, str]) -> dict[str, Any]:
+        """`POST {base_url}/audio/transcriptions` (multipart), asked for verbose_json."""
+        form = aiohttp.FormData()
+        for name, value in fields.items():
+            if name != "response_format":
+                form.add_field(name, value)
+        form.add_field("response_format", "verbose_json")
+        headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
+        with open(path, "rb") as audio:
+            form.add_field("file", audio, filename=filename)
+            try:
+                response = await self._client().post(self._base + "/audio/transcriptions", data=form, headers=headers)
+            except asyncio.TimeoutError:
+                raise EngineTimeout(f"The model did not respond within {self._timeout_s:g} s") from None
+            except aiohttp.ClientConnectorError as exc:
+                raise EngineUnavailable(f"The model's engine is unreachable: {exc}") from None
+        if response.status >= 300:
+            await self._fail(response)
+        try:
+            body = orjson.loads(await response.read())
+        except orjson.JSONDecodeError:
+            raise EngineError("The model's engine returned a transcription that is not JSON") from None
+        finally:
+            response.release()
+        if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+            raise EngineError("The model's engine returned no transcript")
+        return body
+
     async def voices(self) -> Any:
         """`GET {base_url}/audio/voices`, as the engine lists them."""
         try:
