@@ -174,6 +174,14 @@ base_url = "{upstream}/v1"
 upstream_model = "mock"
 
 [[models]]
+id = "mock-image"
+type = "image-gen"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+aliases = ["t2i"]
+cost = {{ input_per_m_token = 0.0, output_per_m_token = 0.0, image_per_generation = 0.04 }}
+
+[[models]]
 id = "mock-rerank-logits"
 type = "reranker"
 base_url = "{upstream}/v1"

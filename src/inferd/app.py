@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from inferd import __version__
 from inferd.api import audio as audio_routes
 from inferd.api import docs as docs_routes
+from inferd.api import images as images_routes
 from inferd.api import models as models_routes
 from inferd.api.asgi import Receive, Scope, Send
 from inferd.api.chat import ChatCompletionsRoute
@@ -147,6 +148,7 @@ class InferdApp:
         _install_error_handlers(self.api)
         self.api.include_router(models_routes.router)
         self.api.include_router(audio_routes.router)
+        self.api.include_router(images_routes.router)
         self.api.include_router(docs_routes.router)
 
     @asynccontextmanager

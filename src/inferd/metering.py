@@ -170,14 +170,16 @@ def usage_sink(engine: AsyncEngine, hot: HotSqlite | None) -> UsageSink:
 
 def usage_for(key: KeyRecord, config: ModelConfig, workspace: str, status: int, prompt: int, completion: int, *,
               started: float, cached: int = 0, metadata: dict[str, str] | None = None,
-              price_factor: float = 1.0) -> Usage:
-    """The usage of one call of `key` on the deployment `config`, priced from the catalogue."""
+              price_factor: float = 1.0, cost_usd: float | None = None) -> Usage:
+    """The usage of one call of `key` on the deployment `config`, priced from the catalogue
+    (per token, unless `cost_usd` gives the price, as images do per generation)."""
     return Usage(org=key.org_slug, deployment=config.deployment_name, key_id=key.charged_key_id,
                  user_id=str(key.user_id) if key.user_id is not None else None, model=config.id,
                  workspace=workspace, prompt_tokens=prompt, completion_tokens=completion,
                  cached_prompt_tokens=cached if config.prefix_cache else 0,
                  latency_ms=int((time.perf_counter() - started) * 1000), status_code=status,
-                 cost_usd=token_cost(config.cost, prompt, completion, price_factor), metadata=metadata)
+                 cost_usd=token_cost(config.cost, prompt, completion, price_factor) if cost_usd is None else cost_usd,
+                 metadata=metadata)
 
 
 class UsageWriter:

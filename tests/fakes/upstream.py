@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import struct
 import time
+import zlib
 from typing import Any
 
 from aiohttp import web
@@ -57,6 +60,15 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
     if "prompt" in body:
         total = 2 + len(str(body["prompt"]).split())
     return total
+
+
+def tiny_png(width: int, height: int) -> bytes:
+    """A valid grey PNG of the given size."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\0" + b"\x80" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def fake_embedding(text: str) -> list[float]:
@@ -216,6 +228,13 @@ class FakeUpstream:
         return web.json_response({"text": "fake transcript", "language": "en", "duration": 1.5,
                                   "segments": [{"id": 0, "start": 0.0, "end": 1.5, "text": " fake transcript"}]})
 
+    async def images(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append({"path": request.path, "body": body})
+        width, height = (int(v) for v in body["size"].split("x"))
+        png = base64.b64encode(tiny_png(width, height)).decode()
+        return web.json_response({"created": int(time.time()), "data": [{"b64_json": png}] * body.get("n", 1)})
+
     async def voices(self, request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "alloy"}, {"id": "echo", "language": "en"}]})
 
@@ -248,6 +267,7 @@ def build_app() -> web.Application:
     app.router.add_post("/v1/audio/speech", fake.speech)
     app.router.add_get("/v1/audio/voices", fake.voices)
     app.router.add_post("/v1/audio/transcriptions", fake.transcriptions)
+    app.router.add_post("/v1/images/generations", fake.images)
     app.router.add_get("/_requests", fake.recorded)
     app.router.add_get("/_aborts", fake.recorded_aborts)
     app.router.add_post("/_reset", fake.reset)

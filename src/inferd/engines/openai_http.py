@@ -141,6 +141,13 @@ class OpenAIHTTPEngine:
             raise EngineError("The model's engine returned no rerank results")
         return body
 
+    async def images(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`POST {base_url}/images/generations`: `{created, data: [{b64_json}]}`."""
+        body = await self._post_json(self._base + "/images/generations", payload)
+        if not isinstance(body.get("data"), list):
+            raise EngineError("The model's engine returned no images")
+        return body
+
     async def speech(self, payload: dict[str, Any]) -> tuple[bytes, str]:
         """`POST {base_url}/audio/speech`: the audio bytes and their Content-Type."""
         response = await self._post(self._base + "/audio/speech", payload)

@@ -39,8 +39,8 @@ current_month.__doc__ = "The budget period: the UTC calendar month, as YYYY-MM."
 class RateLimiter(Protocol):
     """A sliding-window counter of requests per key."""
 
-    async def hit(self, key: str, limit: int) -> int | None:
-        """Count one request; None when admitted, else whole seconds until a slot frees."""
+    async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
+        """Count `units` requests; None when admitted, else whole seconds until enough slots free."""
 
     async def close(self) -> None:
         """Release connections."""
@@ -66,10 +66,11 @@ class Limits:
         self.rate = rate
         self.spend = spend
 
-    async def admit(self, key: KeyRecord, metered: bool) -> None:
-        """Raise RateLimited or BudgetExceeded, or return when the call may go on."""
+    async def admit(self, key: KeyRecord, metered: bool, units: int = 1) -> None:
+        """Raise RateLimited or BudgetExceeded, or return when the call may go on. A call that
+        counts as several requests (an image request's `n`) takes `units` slots of the window."""
         if key.rpm is not None:
-            retry_after = await self.rate.hit(key.access_key_id, key.rpm)
+            retry_after = await self.rate.hit(key.access_key_id, key.rpm, units)
             if retry_after is not None:
                 raise RateLimited(retry_after)
         if metered and key.budget_usd is not None:

@@ -16,8 +16,8 @@ class MemoryRateLimiter:
         self._window = window
         self._hits: dict[str, deque[float]] = {}
 
-    async def hit(self, key: str, limit: int) -> int | None:
-        """Count one request; None when admitted, else seconds until a slot frees."""
+    async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
+        """Count `units` requests; None when admitted, else seconds until enough slots free."""
         now = time.monotonic()
         hits = self._hits.get(key)
         if hits is None:
@@ -25,9 +25,12 @@ class MemoryRateLimiter:
         cutoff = now - self._window
         while hits and hits[0] <= cutoff:
             hits.popleft()
-        if len(hits) >= limit:
-            return max(1, math.ceil(hits[-limit] + self._window - now)) if limit > 0 else math.ceil(self._window)
-        hits.append(now)
+        excess = len(hits) + units - limit
+        if excess > 0:
+            if excess > len(hits):  # more units than the limit: never admitted
+                return math.ceil(self._window)
+            return max(1, math.ceil(hits[excess - 1] + self._window - now))
+        hits.extend([now] * units)
         return None
 
     async def close(self) -> None:

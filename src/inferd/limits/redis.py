@@ -30,13 +30,20 @@ if limit > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local window = tonumber(ARGV[1])
+  local units = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
   local n = redis.call('ZCARD', KEYS[1])
-  if n >= limit then
-    local oldest = redis.call('ZRANGE', KEYS[1], n - limit, n - limit, 'WITHSCORES')
+  local excess = n + units - limit
+  if excess > 0 then
+    if excess > n then
+      return {window, false}
+    end
+    local oldest = redis.call('ZRANGE', KEYS[1], excess - 1, excess - 1, 'WITHSCORES')
     return {tonumber(oldest[2]) + window - now, false}
   end
-  redis.call('ZADD', KEYS[1], now, ARGV[3])
+  for i = 1, units do
+    redis.call('ZADD', KEYS[1], now, ARGV[3] .. ':' .. i)
+  end
   redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
 end
 if KEYS[2] ~= '' then
@@ -57,10 +64,10 @@ class RedisRateLimiter:
         self._window_us = int(window * 1_000_000)
         self._script = redis.register_script(_ADMIT_SCRIPT)
 
-    async def hit(self, key: str, limit: int) -> int | None:
-        """Count one request; None when admitted, else seconds until a slot frees."""
+    async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
+        """Count `units` requests; None when admitted, else seconds until enough slots free."""
         wait_us, _ = await self._script(keys=[self._prefix + key, ""],
-                                        args=[self._window_us, limit, os.urandom(8).hex()])
+                                        args=[self._window_us, limit, os.urandom(8).hex(), units])
         return None if int(wait_us) < 0 else max(1, -(-int(wait_us) // 1_000_000))
 
     async def close(self) -> None:
@@ -113,7 +120,7 @@ class RedisLimits(Limits):
         self._window_us = int(window * 1_000_000)
         self._admit = redis.register_script(_ADMIT_SCRIPT)
 
-    async def admit(self, key: KeyRecord, metered: bool) -> None:
+    async def admit(self, key: KeyRecord, metered: bool, units: int = 1) -> None:
         """429 over the per-minute limit, else 402 when this month's spend reached the budget."""
         budgeted = metered and key.budget_usd is not None
         if key.rpm is None and not budgeted:
@@ -121,7 +128,7 @@ class RedisLimits(Limits):
         spend_key = self._spend.key_name(key.charged_key_id, current_month()) if budgeted else ""
         wait_us, spend = await self._admit(
             keys=[self._rate_prefix + key.access_key_id, spend_key],
-            args=[self._window_us, key.rpm or 0, os.urandom(8).hex()])
+            args=[self._window_us, key.rpm or 0, os.urandom(8).hex(), units])
         if int(wait_us) >= 0:
             raise RateLimited(max(1, -(-int(wait_us) // 1_000_000)))
         if budgeted:

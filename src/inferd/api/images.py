@@ -1,0 +1,78 @@
+"""POST /v1/images/generations (workspace `images`): each image is one rate-limit unit and is
+priced per generation. Synchronous: the request stays open until the images are ready."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from inferd.api.checks import check_model
+from inferd.api.deps import services
+from inferd.auth.principal import require_long_lived
+from inferd.errors import InferdError, InvalidRequest
+from inferd.metering import usage_for
+from inferd.protocol.images import ImageGenerationRequest
+
+router = APIRouter(tags=["images"])
+_SIZE = re.compile(r"^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_image_request(body: Any) -> int:
+    """The ImageGenerationRequest rules; returns `n`."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
+    check_model(body)
+    if not isinstance(body.get("prompt"), str) or not body["prompt"]:
+        raise InvalidRequest("prompt: required string", param="prompt")
+    if not isinstance(body.get("size"), str) or not _SIZE.match(body["size"]):
+        raise InvalidRequest("size: required, <width>x<height> of positive integers", param="size")
+    n = body.get("n", 1)
+    if not _is_int(n) or not 1 <= n <= 10:
+        raise InvalidRequest("n: must be an integer from 1 to 10", param="n")
+    if body.get("response_format", "b64_json") != "b64_json":
+        raise InvalidRequest("response_format: only b64_json is supported", param="response_format")
+    for name, ok in (("negative_prompt", lambda v: isinstance(v, str)), ("num_inference_steps", _is_int),
+                     ("seed", _is_int), ("guidance_scale", lambda v: _is_int(v) or isinstance(v, float))):
+        if body.get(name) is not None and not ok(body[name]):
+            raise InvalidRequest(f"{name}: wrong type", param=name)
+    return int(n)
+
+
+@router.post("/v1/images/generations", openapi_extra={"requestBody": {"content": {"application/json": {
+    "schema": ImageGenerationRequest.model_json_schema()}}}})
+async def generate(request: Request) -> Response:
+    """`{created, data: [{b64_json}]}`: base64 PNGs."""
+    svc = services(request)
+    key = await svc.auth.authenticate(request.headers.get("authorization"))
+    require_long_lived(key)
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
+    n = check_image_request(body)
+    await svc.limits.admit(key, metered=True, units=n)
+    deployment = svc.catalogue.resolve(body["model"], key)
+    deployment.require_type(("image-gen",), "image generation")
+    started = time.perf_counter()
+    payload = {**body, "model": deployment.config.upstream_model or deployment.id, "n": n,
+               "response_format": "b64_json"}
+    try:
+        reply = await deployment.engine.images(payload)  # type: ignore[attr-defined]
+    except InferdError as exc:
+        await svc.writer.record(usage_for(key, deployment.config, "images", exc.status, 0, 0, started=started))
+        raise
+    images = [{"b64_json": item["b64_json"]} for item in reply.get("data") or [] if isinstance(item, dict)
+              and isinstance(item.get("b64_json"), str)]
+    price = deployment.config.cost.image_per_generation if deployment.config.cost else None
+    await svc.writer.record(usage_for(key, deployment.config, "images", 200, 0, 0, started=started,
+                                      cost_usd=(price or 0.0) * len(images)))
+    return Response(orjson.dumps({"created": int(reply.get("created") or time.time()), "data": images}),
+                    media_type="application/json")
