@@ -24,7 +24,8 @@ def _fail(param: str, problem: str) -> InvalidRequest:
     return InvalidRequest(f"{param}: {problem}", param=param)
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """An integer that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -165,7 +166,7 @@ def check_chat(body: dict[str, Any]) -> None:
         if name in body and body[name] is not None and not _is_number(body[name]):
             raise _fail(name, "must be a number")
     if "max_tokens" in body and body["max_tokens"] is not None:
-        if not _is_int(body["max_tokens"]) or body["max_tokens"] < 1:
+        if not is_int(body["max_tokens"]) or body["max_tokens"] < 1:
             raise _fail("max_tokens", "must be an integer >= 1")
     if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
         raise _fail("stream", "must be a boolean")
@@ -179,7 +180,7 @@ def check_chat(body: dict[str, Any]) -> None:
     choice = body.get("tool_choice")
     if choice is not None and not isinstance(choice, dict) and choice not in TOOL_CHOICES:
         raise _fail("tool_choice", "must be none, auto, required or an object")
-    if "seed" in body and body["seed"] is not None and not _is_int(body["seed"]):
+    if "seed" in body and body["seed"] is not None and not is_int(body["seed"]):
         raise _fail("seed", "must be an integer")
     if "response_format" in body and body["response_format"] is not None \
             and not isinstance(body["response_format"], dict):

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from inferd.api.checks import check_model
+from inferd.api.checks import check_model, is_int
 from inferd.api.deps import services
 from inferd.auth.principal import require_long_lived
 from inferd.errors import InferdError, InvalidRequest
@@ -19,10 +19,6 @@ from inferd.protocol.images import ImageGenerationRequest
 
 router = APIRouter(tags=["images"])
 _SIZE = re.compile(r"^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_image_request(body: Any) -> int:
@@ -35,12 +31,12 @@ def check_image_request(body: Any) -> int:
     if not isinstance(body.get("size"), str) or not _SIZE.match(body["size"]):
         raise InvalidRequest("size: required, <width>x<height> of positive integers", param="size")
     n = body.get("n", 1)
-    if not _is_int(n) or not 1 <= n <= 10:
+    if not is_int(n) or not 1 <= n <= 10:
         raise InvalidRequest("n: must be an integer from 1 to 10", param="n")
     if body.get("response_format", "b64_json") != "b64_json":
         raise InvalidRequest("response_format: only b64_json is supported", param="response_format")
-    for name, ok in (("negative_prompt", lambda v: isinstance(v, str)), ("num_inference_steps", _is_int),
-                     ("seed", _is_int), ("guidance_scale", lambda v: _is_int(v) or isinstance(v, float))):
+    for name, ok in (("negative_prompt", lambda v: isinstance(v, str)), ("num_inference_steps", is_int),
+                     ("seed", is_int), ("guidance_scale", lambda v: is_int(v) or isinstance(v, float))):
         if body.get(name) is not None and not ok(body[name]):
             raise InvalidRequest(f"{name}: wrong type", param=name)
     return int(n)
