@@ -256,3 +256,16 @@ def builtin(tmp_path_factory: pytest.TempPathFactory, backend: Backend) -> Itera
     finally:
         srv.stop()
 
+
+
+@pytest.fixture(scope="module")
+def builtin_key(builtin: Server) -> str:
+    """An application key on the built-in server, one per test module, so its usage rows are its own."""
+    return builtin.create_key()
+
+
+@pytest.fixture(scope="module")
+def builtin_sdk(builtin: Server, builtin_key: str) -> Iterator[openai.OpenAI]:
+    """The openai SDK pointed at the built-in server with `builtin_key`."""
+    with openai.OpenAI(base_url=builtin.v1, api_key=builtin_key, max_retries=0, timeout=120) as client:
+        yield client

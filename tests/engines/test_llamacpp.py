@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Iterator
 
 import httpx
 import openai
@@ -20,34 +19,23 @@ WEATHER = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
-@pytest.fixture(scope="module")
-def key(builtin: Server) -> str:
-    return builtin.create_key()  # a key of the module's own, so its usage rows are its own
-
-
-@pytest.fixture(scope="module")
-def sdk(builtin: Server, key: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=builtin.v1, api_key=key, max_retries=0, timeout=120) as client:
-        yield client
-
-
-def test_catalogue_lists_the_builtin_chat_model(builtin: Server, key: str) -> None:
-    models = {m["id"]: m for m in httpx.get(builtin.v1 + "/models", headers=auth(key)).json()["data"]}
+def test_catalogue_lists_the_builtin_chat_model(builtin: Server, builtin_key: str) -> None:
+    models = {m["id"]: m for m in httpx.get(builtin.v1 + "/models", headers=auth(builtin_key)).json()["data"]}
     qwen = models[MODEL]
     assert qwen["aliases"] == ["fast", "chat"] and qwen["model_type"] == "chat"
     assert qwen["capabilities"] == {"tools": True, "response_format": True}
     assert qwen["context_length"] == 8192 and "cost" not in qwen
 
 
-def test_answers_a_factual_question(sdk: openai.OpenAI) -> None:
-    reply = sdk.chat.completions.create(model="fast", temperature=0, max_tokens=20, messages=[
+def test_answers_a_factual_question(builtin_sdk: openai.OpenAI) -> None:
+    reply = builtin_sdk.chat.completions.create(model="fast", temperature=0, max_tokens=20, messages=[
         {"role": "user", "content": "What is the capital of France? Answer with the city name only."}])
     assert "Paris" in (reply.choices[0].message.content or "")
     assert reply.model == MODEL and reply.usage is not None and reply.usage.completion_tokens > 0
 
 
-def test_streams_with_usage_last(sdk: openai.OpenAI) -> None:
-    chunks = list(sdk.chat.completions.create(model="chat", temperature=0, max_tokens=20, stream=True, messages=[
+def test_streams_with_usage_last(builtin_sdk: openai.OpenAI) -> None:
+    chunks = list(builtin_sdk.chat.completions.create(model="chat", temperature=0, max_tokens=20, stream=True, messages=[
         {"role": "user", "content": "What is the capital of France? Answer with the city name only."}]))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert "Paris" in text
@@ -56,23 +44,23 @@ def test_streams_with_usage_last(sdk: openai.OpenAI) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 
-def test_max_tokens_ends_with_length(sdk: openai.OpenAI) -> None:
-    reply = sdk.chat.completions.create(model=MODEL, max_tokens=3, messages=[
+def test_max_tokens_ends_with_length(builtin_sdk: openai.OpenAI) -> None:
+    reply = builtin_sdk.chat.completions.create(model=MODEL, max_tokens=3, messages=[
         {"role": "user", "content": "Write a long poem about the sea."}])
     assert reply.choices[0].finish_reason == "length" and reply.usage is not None
     assert reply.usage.completion_tokens == 3
 
 
-def test_tool_call_and_follow_up(sdk: openai.OpenAI) -> None:
+def test_tool_call_and_follow_up(builtin_sdk: openai.OpenAI) -> None:
     question = {"role": "user", "content": "What is the weather in Paris right now?"}
-    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=100, tools=WEATHER,  # type: ignore[arg-type]
+    reply = builtin_sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=100, tools=WEATHER,  # type: ignore[arg-type]
                                         messages=[question])
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
     call = choice.message.tool_calls[0]
     assert call.function.name == "get_weather" and call.id
     assert "paris" in json.loads(call.function.arguments)["city"].lower()
-    follow_up = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, tools=WEATHER, messages=[  # type: ignore[arg-type]
+    follow_up = builtin_sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, tools=WEATHER, messages=[  # type: ignore[arg-type]
         question,
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": call.id, "type": "function", "function": {"name": "get_weather",
@@ -83,8 +71,8 @@ def test_tool_call_and_follow_up(sdk: openai.OpenAI) -> None:
     assert "22" in answer or "sunny" in answer.lower()
 
 
-def test_streamed_tool_call_deltas(sdk: openai.OpenAI) -> None:
-    chunks = list(sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=100, tools=WEATHER,  # type: ignore[arg-type]
+def test_streamed_tool_call_deltas(builtin_sdk: openai.OpenAI) -> None:
+    chunks = list(builtin_sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=100, tools=WEATHER,  # type: ignore[arg-type]
                                               stream=True, messages=[
                                                   {"role": "user", "content": "What is the weather in Paris?"}]))
     calls = [t for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])]
@@ -93,18 +81,18 @@ def test_streamed_tool_call_deltas(sdk: openai.OpenAI) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 
-def test_json_schema_output_validates(sdk: openai.OpenAI) -> None:
+def test_json_schema_output_validates(builtin_sdk: openai.OpenAI) -> None:
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}
-    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, messages=[
+    reply = builtin_sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, messages=[
         {"role": "user", "content": "Invent a person. Reply as JSON with name and age."}],
         response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}})
     person = json.loads(reply.choices[0].message.content or "")
     assert set(person) == {"name", "age"} and isinstance(person["name"], str) and isinstance(person["age"], int)
 
 
-def test_json_object_output_parses(sdk: openai.OpenAI) -> None:
-    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, messages=[
+def test_json_object_output_parses(builtin_sdk: openai.OpenAI) -> None:
+    reply = builtin_sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, messages=[
         {"role": "user", "content": "Give me a JSON object describing a cat."}], response_format={"type": "json_object"})
     assert isinstance(json.loads(reply.choices[0].message.content or ""), dict)
 
@@ -131,53 +119,53 @@ REQUESTS = [
 
 
 @pytest.mark.parametrize("request_body", REQUESTS)
-def test_count_tokens_equals_billed_prompt(builtin: Server, key: str, request_body: dict) -> None:
+def test_count_tokens_equals_billed_prompt(builtin: Server, builtin_key: str, request_body: dict) -> None:
     body = {"model": MODEL, **request_body}
-    counted = httpx.post(builtin.v1 + "/chat/count_tokens", headers=auth(key), json=body, timeout=60)
+    counted = httpx.post(builtin.v1 + "/chat/count_tokens", headers=auth(builtin_key), json=body, timeout=60)
     assert counted.status_code == 200, counted.text
     assert counted.json()["context_window"] == 8192
-    billed = httpx.post(builtin.v1 + "/chat/completions", headers=auth(key), json={**body, "max_tokens": 1},
+    billed = httpx.post(builtin.v1 + "/chat/completions", headers=auth(builtin_key), json={**body, "max_tokens": 1},
                         timeout=120)
     assert billed.status_code == 200, billed.text
     assert counted.json()["input_tokens"] == billed.json()["usage"]["prompt_tokens"]
-    assert builtin.usage_rows(key)[-1]["prompt_tokens"] == counted.json()["input_tokens"]
+    assert builtin.usage_rows(builtin_key)[-1]["prompt_tokens"] == counted.json()["input_tokens"]
 
 
-def test_disconnect_frees_the_model(builtin: Server, key: str) -> None:
+def test_disconnect_frees_the_model(builtin: Server, builtin_key: str) -> None:
     body = {"model": MODEL, "max_tokens": 2000, "stream": True,
             "messages": [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]}
-    with httpx.stream("POST", builtin.v1 + "/chat/completions", headers=auth(key), json=body, timeout=60) as response:
+    with httpx.stream("POST", builtin.v1 + "/chat/completions", headers=auth(builtin_key), json=body, timeout=60) as response:
         for n, _ in enumerate(response.iter_lines()):
             if n > 10:
                 break  # leave while the model is still generating
     started = time.monotonic()
-    reply = httpx.post(builtin.v1 + "/chat/completions", headers=auth(key), timeout=120,
+    reply = httpx.post(builtin.v1 + "/chat/completions", headers=auth(builtin_key), timeout=120,
                        json={"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
     assert reply.status_code == 200
     assert time.monotonic() - started < 20  # not stuck behind the abandoned 2000-token generation
-    assert any(r["status_code"] == 499 for r in builtin.usage_rows(key))
+    assert any(r["status_code"] == 499 for r in builtin.usage_rows(builtin_key))
 
 
-def test_seed_makes_sampling_repeatable(sdk: openai.OpenAI) -> None:
+def test_seed_makes_sampling_repeatable(builtin_sdk: openai.OpenAI) -> None:
     def sample() -> str:
-        reply = sdk.chat.completions.create(model=MODEL, temperature=1.0, seed=1234, max_tokens=12, messages=[
+        reply = builtin_sdk.chat.completions.create(model=MODEL, temperature=1.0, seed=1234, max_tokens=12, messages=[
             {"role": "user", "content": "Say something surprising."}])
         return reply.choices[0].message.content or ""
 
     assert sample() == sample()
 
 
-def test_stop_sequences_end_the_reply(sdk: openai.OpenAI) -> None:
-    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, stop=["3"], messages=[
+def test_stop_sequences_end_the_reply(builtin_sdk: openai.OpenAI) -> None:
+    reply = builtin_sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, stop=["3"], messages=[
         {"role": "user", "content": "Count from 1 to 10 separated by spaces."}])
     content = reply.choices[0].message.content or ""
     assert "1" in content and "3" not in content and "4" not in content
     assert reply.choices[0].finish_reason == "stop"
 
 
-def test_generation_leaves_the_event_loop_free_and_requests_queue(builtin: Server, key: str) -> None:
+def test_generation_leaves_the_event_loop_free_and_requests_queue(builtin: Server, builtin_key: str) -> None:
     async def run() -> tuple[float, list[int]]:
-        async with httpx.AsyncClient(timeout=120, headers=auth(key)) as client:
+        async with httpx.AsyncClient(timeout=120, headers=auth(builtin_key)) as client:
             body = {"model": MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": "Tell me a story."}]}
             chats = [asyncio.create_task(client.post(builtin.v1 + "/chat/completions", json=body)) for _ in range(2)]
             await asyncio.sleep(0.5)  # both are now generating or queued for the one slot

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Iterator
 
 import httpx
 import openai
@@ -18,20 +17,9 @@ TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "
          "pcm": "audio/pcm"}
 
 
-@pytest.fixture(scope="module")
-def key(builtin: Server) -> str:
-    return builtin.create_key()  # a key of the module's own, so its usage rows are its own
-
-
-@pytest.fixture(scope="module")
-def sdk(builtin: Server, key: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=builtin.v1, api_key=key, max_retries=0, timeout=120) as client:
-        yield client
-
-
 @pytest.mark.parametrize("audio_format", sorted(TYPES))
-def test_every_format_decodes(sdk: openai.OpenAI, audio_format: str) -> None:
-    audio = sdk.audio.speech.create(model="tts", voice="joe", input=SENTENCE, response_format=audio_format)  # type: ignore[arg-type]
+def test_every_format_decodes(builtin_sdk: openai.OpenAI, audio_format: str) -> None:
+    audio = builtin_sdk.audio.speech.create(model="tts", voice="joe", input=SENTENCE, response_format=audio_format)  # type: ignore[arg-type]
     assert audio.response.headers["content-type"] == TYPES[audio_format]
     data = audio.content
     if audio_format == "pcm":
@@ -42,9 +30,9 @@ def test_every_format_decodes(sdk: openai.OpenAI, audio_format: str) -> None:
     assert 1.5 < seconds < 6, seconds
 
 
-def test_speed_changes_the_length(builtin: Server, key: str) -> None:
+def test_speed_changes_the_length(builtin: Server, builtin_key: str) -> None:
     def seconds(speed: float) -> float:
-        reply = httpx.post(builtin.v1 + "/audio/speech", headers=auth(key), timeout=60,
+        reply = httpx.post(builtin.v1 + "/audio/speech", headers=auth(builtin_key), timeout=60,
                            json={"model": "tts", "voice": "joe", "input": SENTENCE, "speed": speed,
                                  "response_format": "pcm"})
         return len(reply.content) / 2 / 24_000
@@ -52,15 +40,15 @@ def test_speed_changes_the_length(builtin: Server, key: str) -> None:
     assert seconds(2.0) < 0.7 * seconds(1.0)
 
 
-def test_unknown_voice_names_the_voices(builtin: Server, key: str) -> None:
-    reply = httpx.post(builtin.v1 + "/audio/speech", headers=auth(key),
+def test_unknown_voice_names_the_voices(builtin: Server, builtin_key: str) -> None:
+    reply = httpx.post(builtin.v1 + "/audio/speech", headers=auth(builtin_key),
                        json={"model": "tts", "voice": "alloy", "input": "hi"})
     assert reply.status_code == 400 and "joe" in reply.json()["error"]["message"]
 
 
-def test_voices_and_usage(builtin: Server, key: str) -> None:
-    assert httpx.get(builtin.v1 + "/voices", headers=auth(key)).json() == ["joe"]
-    httpx.post(builtin.v1 + "/audio/speech", headers=auth(key), timeout=60,
+def test_voices_and_usage(builtin: Server, builtin_key: str) -> None:
+    assert httpx.get(builtin.v1 + "/voices", headers=auth(builtin_key)).json() == ["joe"]
+    httpx.post(builtin.v1 + "/audio/speech", headers=auth(builtin_key), timeout=60,
                json={"model": "piper-joe", "voice": "joe", "input": SENTENCE})
-    row = [r for r in builtin.usage_rows(key) if r["status_code"] == 200][-1]
+    row = [r for r in builtin.usage_rows(builtin_key) if r["status_code"] == 200][-1]
     assert row["workspace"] == "audio" and row["prompt_tokens"] == len(SENTENCE) and row["cost_usd"] == 0

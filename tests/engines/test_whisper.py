@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Iterator
 
 import httpx
 import openai
@@ -17,54 +16,43 @@ SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture(scope="module")
-def key(builtin: Server) -> str:
-    return builtin.create_key()  # a key of the module's own, so its usage rows are its own
-
-
-@pytest.fixture(scope="module")
-def sdk(builtin: Server, key: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=builtin.v1, api_key=key, max_retries=0, timeout=120) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def spoken(sdk: openai.OpenAI) -> bytes:
+def spoken(builtin_sdk: openai.OpenAI) -> bytes:
     """The sentence, spoken by the built-in voice, as mp3."""
-    return sdk.audio.speech.create(model="tts", voice="joe", input=SENTENCE).content
+    return builtin_sdk.audio.speech.create(model="tts", voice="joe", input=SENTENCE).content
 
 
 def words(text: str) -> set[str]:
     return {w.strip(".,!?").lower() for w in text.split()}
 
 
-def test_round_trip_recovers_the_words(builtin: Server, key: str, sdk: openai.OpenAI, spoken: bytes) -> None:
-    transcript = sdk.audio.transcriptions.create(model="whisper-1", file=("speech.mp3", spoken))
+def test_round_trip_recovers_the_words(builtin: Server, builtin_key: str, builtin_sdk: openai.OpenAI, spoken: bytes) -> None:
+    transcript = builtin_sdk.audio.transcriptions.create(model="whisper-1", file=("speech.mp3", spoken))
     # Whisper tiny.en on a synthetic voice: all but at most one of the content words come back.
     assert len(words(transcript.text) & {"quick", "brown", "fox", "jumps", "lazy", "dog"}) >= 5, transcript.text
-    row = builtin.usage_rows(key)[-1]
+    row = builtin.usage_rows(builtin_key)[-1]
     assert row["workspace"] == "audio" and row["completion_tokens"] == len(transcript.text) and row["model"] == "whisper-tiny-en"
 
 
-def test_every_response_format(sdk: openai.OpenAI, spoken: bytes) -> None:
-    text = sdk.audio.transcriptions.create(model="whisper-1", file=("a.mp3", spoken), response_format="text")
+def test_every_response_format(builtin_sdk: openai.OpenAI, spoken: bytes) -> None:
+    text = builtin_sdk.audio.transcriptions.create(model="whisper-1", file=("a.mp3", spoken), response_format="text")
     assert "fox" in str(text).lower()
-    srt = str(sdk.audio.transcriptions.create(model="whisper-1", file=("a.mp3", spoken), response_format="srt"))
+    srt = str(builtin_sdk.audio.transcriptions.create(model="whisper-1", file=("a.mp3", spoken), response_format="srt"))
     assert srt.startswith("1\n00:00:00,000 --> 00:00:0") and "fox" in srt.lower()
-    vtt = str(sdk.audio.transcriptions.create(model="whisper-1", file=("a.mp3", spoken), response_format="vtt"))
+    vtt = str(builtin_sdk.audio.transcriptions.create(model="whisper-1", file=("a.mp3", spoken), response_format="vtt"))
     assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> ") and "fox" in vtt.lower()
-    verbose = sdk.audio.transcriptions.create(model="whisper-1", file=("a.mp3", spoken), response_format="verbose_json")
+    verbose = builtin_sdk.audio.transcriptions.create(model="whisper-1", file=("a.mp3", spoken), response_format="verbose_json")
     assert verbose.language in ("en", "english") and 1.5 < verbose.duration < 6
     assert verbose.segments and verbose.segments[0].start == 0 and "fox" in verbose.text.lower()
 
 
-def test_bad_requests(builtin: Server, key: str, spoken: bytes) -> None:
+def test_bad_requests(builtin: Server, builtin_key: str, spoken: bytes) -> None:
     url = builtin.v1 + "/audio/transcriptions"
-    bad_format = httpx.post(url, headers=auth(key), files={"file": ("a.mp3", spoken)},
+    bad_format = httpx.post(url, headers=auth(builtin_key), files={"file": ("a.mp3", spoken)},
                             data={"response_format": "docx"})
     assert bad_format.status_code == 400 and bad_format.json()["error"]["message"].startswith("response_format")
-    no_file = httpx.post(url, headers=auth(key), data={"model": "whisper-1"}, files={"other": ("x", b"1")})
+    no_file = httpx.post(url, headers=auth(builtin_key), data={"model": "whisper-1"}, files={"other": ("x", b"1")})
     assert no_file.status_code == 400 and no_file.json()["error"]["message"].startswith("file")
-    not_audio = httpx.post(url, headers=auth(key), files={"file": ("a.mp3", b"this is not audio at all")})
+    not_audio = httpx.post(url, headers=auth(builtin_key), files={"file": ("a.mp3", b"this is not audio at all")})
     assert not_audio.status_code == 400
 
 
@@ -76,10 +64,10 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def test_oversized_upload_is_413_without_reading_it_whole(builtin: Server, key: str) -> None:
+def test_oversized_upload_is_413_without_reading_it_whole(builtin: Server, builtin_key: str) -> None:
     host, port = builtin.base_url.split("//")[1].split(":")
     before = _rss_kib(builtin.process.pid)
-    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {builtin_key}\r\n"
             "Content-Type: multipart/form-data; boundary=XyZ\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
     part = b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="big.wav"\r\n\r\n'
     chunk = b"\0" * (1024 * 1024)
@@ -107,9 +95,9 @@ def test_oversized_upload_is_413_without_reading_it_whole(builtin: Server, key: 
     assert _rss_kib(builtin.process.pid) - before < 40 * 1024  # the upload never sat in memory
 
 
-def test_declared_oversize_is_refused_at_once(builtin: Server, key: str) -> None:
+def test_declared_oversize_is_refused_at_once(builtin: Server, builtin_key: str) -> None:
     host, port = builtin.base_url.split("//")[1].split(":")
-    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {builtin_key}\r\n"
             f"Content-Type: multipart/form-data; boundary=XyZ\r\nContent-Length: {80 * 1024 * 1024}\r\n\r\n")
     with socket.create_connection((host, int(port)), timeout=30) as conn:
         conn.sendall(head.encode() + b"--XyZ\r\n")  # then nothing more: the header alone decides

@@ -120,33 +120,28 @@ class OpenAIHTTPEngine:
             raise EngineError("The model's engine returned JSON that is not an object")
         return body
 
+    async def _post_for(self, path: str, payload: dict[str, Any], listed: str, what: str) -> dict[str, Any]:
+        """POST to `{base_url}{path}`; the answer must hold a list under `listed`."""
+        body = await self._post_json(self._base + path, payload)
+        if not isinstance(body.get(listed), list):
+            raise EngineError(f"The model's engine returned no {what}")
+        return body
+
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One blocking chat completion."""
-        body = await self._post_json(self._chat_url, payload)
-        if not isinstance(body.get("choices"), list):
-            raise EngineError("The model's engine returned no choices")
-        return body
+        return await self._post_for("/chat/completions", payload, "choices", "choices")
 
     async def embed(self, payload: dict[str, Any]) -> dict[str, Any]:
         """`POST {base_url}/embeddings`: the OpenAI embeddings response."""
-        body = await self._post_json(self._base + "/embeddings", payload)
-        if not isinstance(body.get("data"), list):
-            raise EngineError("The model's engine returned no embeddings")
-        return body
+        return await self._post_for("/embeddings", payload, "data", "embeddings")
 
     async def rerank(self, payload: dict[str, Any]) -> dict[str, Any]:
         """`POST {base_url}/rerank` with {model, query, documents, top_n}: `{results: [{index, relevance_score}]}`."""
-        body = await self._post_json(self._base + "/rerank", payload)
-        if not isinstance(body.get("results"), list):
-            raise EngineError("The model's engine returned no rerank results")
-        return body
+        return await self._post_for("/rerank", payload, "results", "rerank results")
 
     async def images(self, payload: dict[str, Any]) -> dict[str, Any]:
         """`POST {base_url}/images/generations`: `{created, data: [{b64_json}]}`."""
-        body = await self._post_json(self._base + "/images/generations", payload)
-        if not isinstance(body.get("data"), list):
-            raise EngineError("The model's engine returned no images")
-        return body
+        return await self._post_for("/images/generations", payload, "data", "images")
 
     async def speech(self, payload: dict[str, Any]) -> tuple[bytes, str]:
         """`POST {base_url}/audio/speech`: the audio bytes and their Content-Type."""

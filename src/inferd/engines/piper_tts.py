@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.config import ModelConfig
 from inferd.engines.audio_codec import encode
+from inferd.engines.weights import packaged_path
 from inferd.errors import ConfigError, InvalidRequest
 
 if TYPE_CHECKING:
@@ -23,12 +23,7 @@ OPTION_KEYS = ("voice_path", "voice_name", "builtin_package", "builtin_voice")
 def _voice_file(model: ModelConfig) -> Path:
     package = model.options.get("builtin_package")
     if package:
-        try:
-            path = Path(str(resources.files(str(package)).joinpath(f"data/{model.options['builtin_voice']}")))
-        except ModuleNotFoundError:
-            pip_name = str(package).replace("_", "-")
-            raise ConfigError(f"model {model.id!r}: package {pip_name} is not installed (pip install {pip_name})") \
-                from None
+        path = packaged_path(model.id, str(package), f"data/{model.options['builtin_voice']}")
     else:
         path = Path(str(model.options.get("voice_path") or "")).expanduser()
     if not path.is_file() or not path.with_name(path.name + ".json").is_file():

