@@ -97,7 +97,13 @@ async def build_services(settings: Settings) -> Services:
                     chat=ChatService(catalogue, writer))
 
 
-def _error_response(exc: InferdError) -> Response:
+# Conversation and source routes answer errors in the application envelope (CONTRACT.md decision 8).
+USER_SCOPED_PREFIXES = ("/v1/conversations", "/v1/sources")
+
+
+def _error_response(exc: InferdError, path: str = "") -> Response:
+    if path.startswith(USER_SCOPED_PREFIXES):
+        return Response(exc.app_body(), status_code=exc.status, headers=exc.headers, media_type="application/json")
     media_type = getattr(exc, "content_type", "application/json")
     return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type=media_type)
 
@@ -107,7 +113,7 @@ def _install_error_handlers(api: FastAPI) -> None:
 
     @api.exception_handler(InferdError)
     async def inferd_error(request: Request, exc: InferdError) -> Response:
-        return _error_response(exc)
+        return _error_response(exc, request.url.path)
 
     @api.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -116,24 +122,27 @@ def _install_error_handlers(api: FastAPI) -> None:
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
         if first.get("type") == "json_invalid":
             return _error_response(InvalidRequest(f"Malformed JSON body: {first.get('msg', '')}",
-                                                  code="invalid_json"))
-        return _error_response(InvalidRequest(f"{where}: {first.get('msg', 'invalid')}", param=where))
+                                                  code="invalid_json"), request.url.path)
+        return _error_response(InvalidRequest(f"{where}: {first.get('msg', 'invalid')}", param=where),
+                               request.url.path)
 
     @api.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
-            return _error_response(NotFound(f"No route {request.method} {request.url.path}", code="unknown_route"))
+            return _error_response(NotFound(f"No route {request.method} {request.url.path}", code="unknown_route"),
+                                   request.url.path)
         if exc.status_code == 405:
-            return _error_response(MethodNotAllowed(f"Method {request.method} not allowed on {request.url.path}"))
+            return _error_response(MethodNotAllowed(f"Method {request.method} not allowed on {request.url.path}"),
+                                   request.url.path)
         error = InferdError(str(exc.detail))
         error.status = exc.status_code
         error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return _error_response(error)
+        return _error_response(error, request.url.path)
 
     @api.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return _error_response(InferdError("Internal server error"))
+        return _error_response(InferdError("Internal server error"), request.url.path)
 
 
 class InferdApp:

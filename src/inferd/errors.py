@@ -38,6 +38,10 @@ class InferdError(Exception):
         """The JSON response body."""
         return orjson.dumps(self.envelope())
 
+    def app_body(self) -> bytes:
+        """The application envelope of the conversation and source routes (CONTRACT.md decision 8)."""
+        return orjson.dumps({"success": False, "message": self.message, "code": self.code})
+
 
 class InvalidRequest(InferdError):
     status, type, code = 400, "invalid_request_error", "invalid_request"

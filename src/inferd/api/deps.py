@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
-from inferd.auth.principal import require_long_lived
+from inferd.auth.principal import require_long_lived, require_user_key
 from inferd.store.keys import KeyRecord
 
 if TYPE_CHECKING:
@@ -34,3 +34,21 @@ async def long_lived_key(request: Request) -> KeyRecord:
 async def metered_key(request: Request) -> KeyRecord:
     """An application or admin key on a metered route: rate limit, then the monthly budget."""
     return await _admitted_key(request, metered=True)
+
+
+async def _admitted_user_key(request: Request, metered: bool) -> KeyRecord:
+    svc = services(request)
+    key = await svc.auth.authenticate(request.headers.get("authorization"))
+    require_user_key(key)
+    await svc.limits.admit(key, metered=metered)
+    return key
+
+
+async def user_key(request: Request) -> KeyRecord:
+    """A live user-scoped key (403 `user_key_required` otherwise), rate limited, never 402."""
+    return await _admitted_user_key(request, metered=False)
+
+
+async def metered_user_key(request: Request) -> KeyRecord:
+    """A user-scoped key on a metered user route (generate, vectorize): rate limit, then the parent's budget."""
+    return await _admitted_user_key(request, metered=True)

@@ -38,3 +38,10 @@ def require_long_lived(key: KeyRecord) -> None:
     if key.type == "user":
         raise PermissionDenied("User keys work only on /v1/conversations and /v1/sources",
                                code="key_type_not_permitted")
+
+
+def require_user_key(key: KeyRecord) -> None:
+    """User keys only, on /v1/conversations* and /v1/sources* (CONTRACT.md decision 10)."""
+    if key.type != "user" or key.user_id is None:
+        raise PermissionDenied("This route takes a user-scoped key (POST /v1/auth/exchange mints one)",
+                               code="user_key_required")
