@@ -79,3 +79,56 @@ key_spend = Table(
     Column("month", String(7), primary_key=True),  # YYYY-MM (UTC)
     Column("spend_usd", Float, nullable=False),
 )
+
+# End users' saved conversations (issue 6). One row per conversation, one row per message, never a
+# JSON blob per conversation. A message's `active` flag means "on the visible branch": exactly the
+# rows of the active root-to-leaf path are active, so a page of the thread is one indexed read.
+conversations = Table(
+    "conversations", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=False),  # the owner
+    Column("title", String(512), nullable=True),
+    Column("project_id", Integer, nullable=True),
+    Column("cloud_agent_task_id", Integer, nullable=True),
+    Column("type", String(64), nullable=True),
+    Column("is_ephemeral", Boolean, nullable=False, default=False),
+    Column("archived_at", DateTime(), nullable=True),
+    Column("last_message_at", DateTime(), nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+    Index("ix_conversations_user_last", "user_id", "last_message_at"),
+)
+
+conversation_messages = Table(
+    "conversation_messages", metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("conversation_id", Integer, ForeignKey("conversations.id"), nullable=False),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=True),
+    Column("role", String(16), nullable=False),  # user | assistant | tool
+    Column("message", Text, nullable=False),
+    Column("reasoning_content", Text, nullable=True),
+    Column("model_name", String(256), nullable=True),
+    Column("tool_call_id", String(128), nullable=True),
+    Column("tool_name", String(128), nullable=True),
+    Column("tool_status", String(16), nullable=True),
+    Column("finish_reason", String(16), nullable=True),
+    Column("turn_id", String(64), nullable=True),
+    Column("parent_message_id", BigId, ForeignKey("conversation_messages.id"), nullable=True),
+    Column("is_read", Boolean, nullable=False, default=False),
+    Column("attachments", Text, nullable=True),  # JSON array
+    Column("metadata", Text, nullable=True),  # JSON object
+    Column("tool_calls", Text, nullable=True),  # JSON array; stored, never returned by detail
+    Column("active", Boolean, nullable=False, default=True),
+    Column("created_at", DateTime(), nullable=False),
+    Index("ix_conversation_messages_conv_active_id", "conversation_id", "active", "id"),
+    Index("ix_conversation_messages_parent", "parent_message_id"),
+)
+
+conversation_participants = Table(
+    "conversation_participants", metadata,
+    Column("conversation_id", Integer, ForeignKey("conversations.id"), primary_key=True),
+    Column("user_id", Integer, ForeignKey("users.id"), primary_key=True),
+    Column("role", String(16), nullable=False),  # owner | admin | member
+    Column("joined_at", DateTime(), nullable=False),
+    Index("ix_conversation_participants_user", "user_id"),
+)
