@@ -26,6 +26,7 @@ from inferd.store.db import create_engine, migrate
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
 from inferd.store.tables import api_keys, key_spend, usage_rows
+from inferd.store.users import UserRepository
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -254,19 +255,24 @@ class Server:
         _run(self._with_db(work))
 
     def create_user_key(self, parent_full_key: str, expires_at: datetime | None = None,
-                        key_type: str = "user") -> str:
-        """A key minted under `parent_full_key`'s org (as the exchange will), for tests of key types."""
+                        key_type: str = "user", email: str | None = None) -> str:
+        """A key minted under `parent_full_key`'s org (as the exchange will), for tests of key types.
+        A user key belongs to the org's user with `email` (a fresh user when not given)."""
         parent_id = parent_full_key.split(":")[0]
 
         async def work(engine: Any) -> str:
             async with engine.connect() as conn:
                 parent = (await conn.execute(select(api_keys).where(api_keys.c.access_key_id == parent_id))
                           ).mappings().one()
+            user_id = None
+            if key_type == "user":
+                user_id = await UserRepository(engine).get_or_create_by_email(
+                    parent["org_id"], email or f"user-{uuid.uuid4().hex[:10]}@example.test")
             access_key_id, secret = mint()
             await KeyRepository(engine).create(
                 access_key_id=access_key_id, secret_hash=hash_secret(secret), key_type=key_type,
                 org_id=parent["org_id"], parent_key_id=parent["id"] if key_type == "user" else None,
-                expires_at=expires_at)
+                expires_at=expires_at, user_id=user_id)
             return f"{access_key_id}:{secret}"
 
         return str(_run(self._with_db(work)))
