@@ -17,14 +17,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inferd import __version__
 from inferd.api import audio as audio_routes
+from inferd.api import auth as auth_routes
+from inferd.api import conversations as conversation_routes
 from inferd.api import docs as docs_routes
 from inferd.api import images as images_routes
 from inferd.api import models as models_routes
+from inferd.api import usage as usage_routes
 from inferd.api.asgi import Receive, Scope, Send
 from inferd.api.chat import ChatCompletionsRoute
 from inferd.api.embeddings import EmbeddingsRoute
 from inferd.api.rerank import RerankRoute
 from inferd.api.tokens import CountTokensRoute
+from inferd.auth.exchange import KeyExchange, build_exchange
 from inferd.auth.principal import Authenticator
 from inferd.catalogue import ModelCatalogue
 from inferd.config import Catalogue, Settings, load_catalogue
@@ -35,10 +39,13 @@ from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
 from inferd.limits.redis import RedisLimits
 from inferd.metering import UsageWriter, load_spend, usage_sink
 from inferd.services.chat import ChatService
+from inferd.services.conversations import ConversationService
 from inferd.store.db import create_engine, migrate
+from inferd.store.conversations import ConversationRepository
 from inferd.store.hot_sqlite import HotSqlite
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
+from inferd.store.users import UserRepository
 
 log = logging.getLogger("inferd")
 
@@ -58,6 +65,8 @@ class Services:
     writer: UsageWriter
     catalogue: ModelCatalogue
     chat: ChatService
+    exchange: KeyExchange
+    conversations: ConversationService
 
     async def close(self) -> None:
         """Flush usage rows and release every connection."""
@@ -92,9 +101,12 @@ async def build_services(settings: Settings) -> Services:
     writer.start()
     keys = KeyRepository(db, hot=hot, pg_cache=True)
     catalogue = ModelCatalogue(config.models, registry)
+    users = UserRepository(db)
     return Services(settings=settings, config=config, db=db, hot=hot, orgs=OrgRepository(db), keys=keys,
                     auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue,
-                    chat=ChatService(catalogue, writer))
+                    chat=ChatService(catalogue, writer),
+                    exchange=build_exchange(Authenticator(keys), keys, users, config.idp, settings.config_path),
+                    conversations=ConversationService(ConversationRepository(db), users))
 
 
 # Conversation and source routes answer errors in the application envelope (CONTRACT.md decision 8).
@@ -158,7 +170,10 @@ class InferdApp:
         self.api.include_router(models_routes.router)
         self.api.include_router(audio_routes.router)
         self.api.include_router(images_routes.router)
+        self.api.include_router(usage_routes.router)
         self.api.include_router(docs_routes.router)
+        self.api.include_router(auth_routes.router)
+        self.api.include_router(conversation_routes.router)
 
     @asynccontextmanager
     async def _lifespan(self, api: FastAPI) -> AsyncIterator[None]:

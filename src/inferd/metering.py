@@ -27,6 +27,7 @@ from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.keys import KeyRecord
 from inferd.store.tables import key_spend, usage_rows
+from inferd.store.usage import ROLLUP_COLUMNS, SQLITE_ROLLUP_UPSERT, rollup_deltas, rollup_upsert
 
 log = logging.getLogger("inferd.metering")
 
@@ -78,11 +79,13 @@ class SqlAlchemySink:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._upsert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+        self._rollup = rollup_upsert(engine.dialect.name)
 
     async def commit(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
-        """Insert the rows and add to the spend rollup in one transaction."""
+        """Insert the rows and add to the spend and daily usage rollups in one transaction."""
         async with self._engine.begin() as conn:
             await conn.execute(insert(usage_rows), rows)
+            await conn.execute(self._rollup, rollup_deltas(rows))
             if amounts:
                 stmt = self._upsert(key_spend)
                 stmt = stmt.on_conflict_do_update(
@@ -123,6 +126,7 @@ class SqliteSink:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(_SQLITE_INSERT, values)
+            conn.executemany(SQLITE_ROLLUP_UPSERT, [tuple(d[c] for c in ROLLUP_COLUMNS) for d in rollup_deltas(rows)])
             if amounts:
                 conn.executemany(_SQLITE_UPSERT, [(k, m, c) for (k, m), c in amounts.items()])
             conn.execute("COMMIT")
@@ -138,7 +142,7 @@ class SqliteSink:
         self._write(self._threaded, rows, amounts)
 
     async def commit(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
-        """Insert the rows and add to the spend rollup in one transaction."""
+        """Insert the rows and add to the spend and daily usage rollups in one transaction."""
         try:
             self._write(self._hot.conn, rows, amounts)
             return

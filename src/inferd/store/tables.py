@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, MetaData,
-                        String, Table, Text, UniqueConstraint)
+from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, LargeBinary,
+                        MetaData, String, Table, Text, UniqueConstraint)
 
 # Every timestamp is a naive UTC datetime, the same on SQLite and PostgreSQL.
 metadata = MetaData()
@@ -131,4 +131,134 @@ conversation_participants = Table(
     Column("role", String(16), nullable=False),  # owner | admin | member
     Column("joined_at", DateTime(), nullable=False),
     Index("ix_conversation_participants_user", "user_id"),
+)
+
+# Sources attached to conversations (issue 6, ingestion). A source is owned by one user and may be
+# linked to several conversations; its text chunks carry their embeddings as little-endian float32
+# blobs, searched per conversation with numpy (the PostgreSQL server here has no pgvector).
+sources = Table(
+    "sources", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=False),  # the owner
+    Column("source_type", String(32), nullable=False),  # vectorized | ...
+    Column("source_name", String(512), nullable=False),
+    Column("source_config", Text, nullable=False),  # JSON object; shown only to the owner
+    Column("handler", String(64), nullable=True),
+    Column("source_description", Text, nullable=True),
+    Column("sha256", String(64), nullable=True),
+    Column("metadata", Text, nullable=True),  # JSON object
+    Column("host_identifier", String(256), nullable=True),
+    Column("source_origin", String(64), nullable=True),
+    Column("is_active", Boolean, nullable=False, default=True),
+    Column("use_in_tasks", Boolean, nullable=False, default=False),
+    Column("created_at", DateTime(), nullable=False),
+    Column("updated_at", DateTime(), nullable=True),
+    Column("deleted_at", DateTime(), nullable=True),
+    Index("ix_sources_user_sha256", "user_id", "sha256"),
+)
+
+conversation_sources = Table(
+    "conversation_sources", metadata,
+    Column("conversation_id", Integer, ForeignKey("conversations.id"), primary_key=True),
+    Column("source_id", Integer, ForeignKey("sources.id"), primary_key=True),
+    Column("created_at", DateTime(), nullable=False),
+    Index("ix_conversation_sources_source", "source_id"),
+)
+
+source_chunks = Table(
+    "source_chunks", metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("source_id", Integer, ForeignKey("sources.id"), nullable=False),
+    Column("ordinal", Integer, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("embedding", LargeBinary, nullable=False),  # float32, little-endian, `dim` values
+    Column("dim", Integer, nullable=False),
+    Index("ix_source_chunks_source_ordinal", "source_id", "ordinal"),
+)
+
+# --- files and batches (issue 7) ---------------------------------------------------------------
+
+# Uploaded batch input files and the output/error files the worker writes; bytes live on disk
+# under the data dir (`path` is relative to it). `expires_at`: when the retention job deletes it.
+files = Table(
+    "files", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("org_id", Integer, nullable=False),
+    Column("filename", String(512), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("purpose", String(32), nullable=False),  # batch | batch_output
+    Column("status", String(16), nullable=False),
+    Column("path", String(1024), nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+    Column("expires_at", DateTime(), nullable=True),
+    Index("ix_files_org", "org_id"),
+    Index("ix_files_expires", "expires_at"),
+)
+
+# `seq` orders listings (newest first) and is the claim order; the worker holds a lease
+# (`lease_owner` until `lease_until`) while it runs a batch, and a crashed worker's lease expires.
+batches = Table(
+    "batches", metadata,
+    Column("seq", BigId, primary_key=True, autoincrement=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("org_id", Integer, nullable=False),
+    Column("key_id", String(32), nullable=False),  # access key id of the creating key (its budget pays)
+    Column("input_file_id", String(64), nullable=False),
+    Column("endpoint", String(64), nullable=False),
+    Column("completion_window", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("validated", Boolean, nullable=False, default=False),  # lines are in batch_lines
+    Column("total", Integer, nullable=False, default=0),
+    Column("output_file_id", String(64), nullable=True),
+    Column("error_file_id", String(64), nullable=True),
+    Column("errors", Text, nullable=True),  # JSON
+    Column("metadata", Text, nullable=True),  # JSON
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_until", DateTime(), nullable=True),
+    Column("created_at", DateTime(), nullable=False),
+    Column("expires_at", DateTime(), nullable=False),
+    Column("cancelling_at", DateTime(), nullable=True),
+    Column("finished_at", DateTime(), nullable=True),  # when it reached its terminal status
+    Index("ix_batches_org_seq", "org_id", "seq"),
+    Index("ix_batches_status", "status"),
+)
+
+# One row per input line; `state` pending | succeeded | failed, and `result` the output/error
+# line (JSON) recorded in the same transaction as the line's usage row.
+batch_lines = Table(
+    "batch_lines", metadata,
+    Column("batch_id", String(64), primary_key=True),
+    Column("line_no", Integer, primary_key=True),
+    Column("custom_id", String(512), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("result", Text, nullable=True),
+    Index("ix_batch_lines_state", "batch_id", "state"),
+)
+
+# Usage reporting (migration 0002). Pages of /v1/usage walk one of these in (created_at, id) order;
+# on SQLite every index ends with the rowid (= id) already.
+Index("ix_usage_rows_key_model_created", usage_rows.c.key_id, usage_rows.c.model, usage_rows.c.created_at)
+Index("ix_usage_rows_key_workspace_created", usage_rows.c.key_id, usage_rows.c.workspace, usage_rows.c.created_at)
+
+# Per charged key and UTC day, one row per distinct (model, workspace, deployment, user_id, metadata),
+# maintained in the usage writer's transaction, so summaries over long windows read days, not rows.
+# `dims` is a short hash of those five values (they can be long, and NULLs defeat ON CONFLICT).
+usage_daily = Table(
+    "usage_daily", metadata,
+    Column("key_id", String(32), primary_key=True),
+    Column("day", String(10), primary_key=True),  # YYYY-MM-DD (UTC)
+    Column("dims", String(16), primary_key=True),
+    Column("model", String(256), nullable=False),
+    Column("workspace", String(32), nullable=False),
+    Column("deployment", String(256), nullable=False),
+    Column("user_id", String(64), nullable=True),
+    Column("metadata", Text, nullable=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("cached_prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    sqlite_with_rowid=False,  # clustered by (key_id, day): a window is one contiguous range
 )
