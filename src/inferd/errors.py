@@ -67,6 +67,12 @@ class MethodNotAllowed(InferdError):
     status, type, code = 405, "invalid_request_error", "method_not_allowed"
 
 
+class Unprocessable(InferdError):
+    """A body that failed validation on POST /v1/auth/exchange, the one 422 route (CONTRACT.md 12)."""
+
+    status, type, code = 422, "invalid_request_error", "validation_error"
+
+
 class PayloadTooLarge(InferdError):
     status, type, code = 413, "invalid_request_error", "payload_too_large"
 

@@ -19,6 +19,11 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+def iso(moment: datetime) -> str:
+    """A stored (naive UTC) datetime as RFC 3339 with a `Z`."""
+    return moment.isoformat() + "Z"
+
+
 def async_url(url: str) -> str:
     """Map the operator's URL (sqlite:///…, postgresql://…) to its async driver."""
     if url.startswith("sqlite:///"):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.store.db import utcnow
@@ -23,4 +24,37 @@ class UserRepository:
             if found is not None:
                 return int(found)
             result = await conn.execute(insert(users).values(org_id=org_id, email=email, created_at=utcnow()))
+            return int(result.inserted_primary_key[0])
+
+    async def resolve_subject(self, org_id: int, subject: str, email: str | None, given_name: str | None,
+                              family_name: str | None) -> int:
+        """The org's user with this idp subject, created (or claimed by email) when missing; names refreshed."""
+        for _attempt in range(3):  # two first logins of one user can race on the unique constraints
+            try:
+                return await self._resolve_subject(org_id, subject, email, given_name, family_name)
+            except IntegrityError:
+                continue
+        return await self._resolve_subject(org_id, subject, email, given_name, family_name)
+
+    async def _resolve_subject(self, org_id: int, subject: str, email: str | None, given_name: str | None,
+                               family_name: str | None) -> int:
+        async with self._engine.begin() as conn:
+            names = {"given_name": given_name, "family_name": family_name}
+            found = (await conn.execute(select(users.c.id, users.c.email).where(
+                users.c.org_id == org_id, users.c.subject == subject))).first()
+            if found is not None:
+                await conn.execute(update(users).where(users.c.id == found[0]).values(**names))
+                return int(found[0])
+            if email is not None:
+                # A user first known by email (a key made with --user, an invitation) is claimed by
+                # the first subject that presents that email; another subject's email is not reused.
+                by_email = (await conn.execute(select(users.c.id, users.c.subject).where(
+                    users.c.org_id == org_id, users.c.email == email))).first()
+                if by_email is not None and by_email[1] is None:
+                    await conn.execute(update(users).where(users.c.id == by_email[0]).values(subject=subject, **names))
+                    return int(by_email[0])
+                if by_email is not None:
+                    email = None
+            result = await conn.execute(insert(users).values(org_id=org_id, subject=subject, email=email,
+                                                             created_at=utcnow(), **names))
             return int(result.inserted_primary_key[0])

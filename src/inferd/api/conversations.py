@@ -1,0 +1,112 @@
+"""Saved conversations (user keys only): list, detail, delete, and the extension routes of CONTRACT.md 4."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from inferd.api.deps import services, user_key
+from inferd.errors import InvalidRequest
+from inferd.protocol.conversations import (AddParticipant, ConversationDetailEnvelope, ConversationList,
+                                           CreateConversation, CreateMessage, DeleteConversations, DeleteResult,
+                                           UpdateConversation)
+from inferd.services.conversations import parse_path_id
+from inferd.store.keys import KeyRecord
+
+router = APIRouter(tags=["conversations"])
+
+
+def _json(payload: dict[str, Any], status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+def _flag(name: str, raw: str | None) -> bool:
+    if raw is None or raw == "false":
+        return False
+    if raw == "true":
+        return True
+    raise InvalidRequest(f"{name}: only 'true' (or 'false') is accepted", param=name)
+
+
+def _project_filter(raw: str | None) -> int | None | str:
+    if raw is None:
+        return "any"
+    if raw == "none":
+        return None
+    if raw.isdigit() and 0 < int(raw) < 2**31:
+        return int(raw)
+    raise InvalidRequest("project_id: a project id, or 'none' for conversations without a project",
+                         param="project_id")
+
+
+@router.get("/v1/conversations", response_model=ConversationList)
+async def list_conversations(request: Request, project_id: str | None = None, cloud_agents: str | None = None,
+                             archived: str | None = None, key: KeyRecord = Depends(user_key)) -> Response:
+    """Conversations owned by or shared with the caller, newest first, each with its latest message."""
+    items, types = await services(request).conversations.list(
+        key, _project_filter(project_id), _flag("cloud_agents", cloud_agents), _flag("archived", archived))
+    return _json({"success": True, "body": items, "total": {"types": types}})
+
+
+@router.post("/v1/conversations", status_code=201)
+async def create_conversation(request: Request, body: CreateConversation,
+                              key: KeyRecord = Depends(user_key)) -> Response:
+    """A new conversation owned by the caller (extension route)."""
+    conversation = await services(request).conversations.create(key, body.title, body.project_id,
+                                                                 body.cloud_agent_task_id)
+    return _json({"success": True, "conversation": conversation}, 201)
+
+
+@router.post("/v1/conversations/delete", response_model=DeleteResult)
+async def delete_conversations(request: Request, body: DeleteConversations,
+                               key: KeyRecord = Depends(user_key)) -> Response:
+    """Partial delete: what the caller may delete goes, the rest is reported as skipped."""
+    ids: list[int] = []
+    for raw in body.conversation_ids:
+        if isinstance(raw, str) and not (raw.isdigit() and len(raw) <= 18):
+            raise InvalidRequest("conversation_ids: integers or strings of digits", param="conversation_ids")
+        if int(raw) < 1:
+            raise InvalidRequest("conversation_ids: ids are positive", param="conversation_ids")
+        ids.append(int(raw))
+    deleted, skipped = await services(request).conversations.delete(key, ids)
+    return _json({"success": True, "message": f"Deleted {len(deleted)} conversation(s)",
+                  "total": {"deleted_ids": deleted, "skipped_ids": skipped}})
+
+
+@router.get("/v1/conversations/{conversation_id}", response_model=ConversationDetailEnvelope)
+async def get_conversation(request: Request, conversation_id: str,
+                           before_id: int | None = Query(None, ge=1), from_id: int | None = Query(None, ge=0),
+                           limit: int = Query(20, ge=1, le=500), key: KeyRecord = Depends(user_key)) -> Response:
+    """One page of the visible thread of the active branch, with participants and sources."""
+    detail = await services(request).conversations.detail(key, parse_path_id(conversation_id), before_id,
+                                                          from_id, limit)
+    return _json({"success": True, "conversation": detail})
+
+
+@router.patch("/v1/conversations/{conversation_id}")
+async def update_conversation(request: Request, conversation_id: str, body: UpdateConversation,
+                              key: KeyRecord = Depends(user_key)) -> Response:
+    """Rename, archive or move a conversation (owner or admin)."""
+    changes = body.model_dump(include=body.model_fields_set)
+    conversation = await services(request).conversations.update(key, parse_path_id(conversation_id), changes)
+    return _json({"success": True, "conversation": conversation})
+
+
+@router.post("/v1/conversations/{conversation_id}/messages", status_code=201)
+async def add_message(request: Request, conversation_id: str, body: CreateMessage,
+                      key: KeyRecord = Depends(user_key)) -> Response:
+    """Save a user message (a second child of one parent starts a branch, which becomes visible)."""
+    message = await services(request).conversations.add_user_message(
+        key, parse_path_id(conversation_id), body.message, body.parent_message_id, body.attachments, body.metadata)
+    return _json({"success": True, "message": message}, 201)
+
+
+@router.post("/v1/conversations/{conversation_id}/participants", status_code=201)
+async def add_participant(request: Request, conversation_id: str, body: AddParticipant,
+                          key: KeyRecord = Depends(user_key)) -> Response:
+    """Share the conversation with a user of the org, by email (owner or admin)."""
+    participant = await services(request).conversations.add_participant(
+        key, parse_path_id(conversation_id), body.email, body.role)
+    return _json({"success": True, "participant": participant}, 201)
