@@ -179,15 +179,17 @@ class Server:
 
     @classmethod
     def start(cls, data_dir: Path, backend: Backend, config: Path | None, extra_env: dict[str, str] | None = None,
-              args: tuple[str, ...] = ()) -> "Server":
-        """Start a server (with the built-in catalogue when `config` is None) and wait until it answers."""
+              args: tuple[str, ...] = (), batch_worker: bool = False) -> "Server":
+        """Start a server (with the built-in catalogue when `config` is None) and wait until it answers;
+        the batch worker runs inside it only when `batch_worker` is true."""
         port = free_port()
         env = clean_env({**backend.env(), **(extra_env or {})})
         log_path = data_dir / f"server-{port}.log"
         config_args = ("--config", str(config)) if config else ()
         with open(log_path, "wb") as log:
             process = subprocess.Popen([INFERD, "serve", "--host", "127.0.0.1", "--port", str(port), *config_args,
-                                        "--data-dir", str(data_dir), "--no-batch-worker", *args],
+                                        "--data-dir", str(data_dir),
+                                        *(() if batch_worker else ("--no-batch-worker",)), *args],
                                        stdout=log, stderr=subprocess.STDOUT, env=env)
         server = cls(process, f"http://127.0.0.1:{port}", backend, data_dir, config, log_path, env)
         server.wait_ready()

@@ -17,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inferd import __version__
 from inferd.api import audio as audio_routes
+from inferd.api import batches as batches_routes
+from inferd.api import files as files_routes
 from inferd.api import auth as auth_routes
 from inferd.api import conversations as conversation_routes
 from inferd.api import docs as docs_routes
@@ -38,14 +40,18 @@ from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
 from inferd.limits.redis import RedisLimits
 from inferd.metering import UsageWriter, load_spend, usage_sink
+from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService
 from inferd.services.conversations import ConversationService
+from inferd.store.batches import BatchRepository
 from inferd.store.db import create_engine, migrate
+from inferd.store.files import FileStore
 from inferd.store.conversations import ConversationRepository
 from inferd.store.hot_sqlite import HotSqlite
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
 from inferd.store.users import UserRepository
+from inferd.worker.runner import worker_for
 
 log = logging.getLogger("inferd")
 
@@ -67,6 +73,7 @@ class Services:
     chat: ChatService
     exchange: KeyExchange
     conversations: ConversationService
+    batches: BatchService
 
     async def close(self) -> None:
         """Flush usage rows and release every connection."""
@@ -106,7 +113,8 @@ async def build_services(settings: Settings) -> Services:
                     auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue,
                     chat=ChatService(catalogue, writer),
                     exchange=build_exchange(Authenticator(keys), keys, users, config.idp, settings.config_path),
-                    conversations=ConversationService(ConversationRepository(db), users))
+                    conversations=ConversationService(ConversationRepository(db), users),
+                    batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches))
 
 
 # Conversation and source routes answer errors in the application envelope (CONTRACT.md decision 8).
@@ -170,6 +178,8 @@ class InferdApp:
         self.api.include_router(models_routes.router)
         self.api.include_router(audio_routes.router)
         self.api.include_router(images_routes.router)
+        self.api.include_router(files_routes.router)
+        self.api.include_router(batches_routes.router)
         self.api.include_router(usage_routes.router)
         self.api.include_router(docs_routes.router)
         self.api.include_router(auth_routes.router)
@@ -185,10 +195,15 @@ class InferdApp:
             "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.writer),
             "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.writer),
         }
+        batch_worker = worker_for(services) if self.settings.batch_worker else None
+        if batch_worker is not None:
+            batch_worker.start()
         try:
             yield
         finally:
             self._hot = {}
+            if batch_worker is not None:
+                await batch_worker.stop()
             await services.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

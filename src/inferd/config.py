@@ -75,13 +75,22 @@ class IdpConfig:
 
 
 @dataclass(frozen=True)
+class BatchConfig:
+    """The `[batches]` table (CONTRACT.md): the window, file retention and pacing."""
+
+    window_seconds: float = 86400.0
+    retention_seconds: float = 2505600.0
+    max_concurrency: int = 8
+
+
+@dataclass(frozen=True)
 class Catalogue:
     """Everything the TOML file holds."""
 
     models: tuple[ModelConfig, ...] = ()
     idp: IdpConfig | None = None
     conversations: Mapping[str, Any] = field(default_factory=dict)
-    batches: Mapping[str, Any] = field(default_factory=dict)
+    batches: BatchConfig = field(default_factory=BatchConfig)
     source: str = "built-in catalogue"
 
 
@@ -95,6 +104,7 @@ class Settings:
     redis_url: str | None
     redis_prefix: str
     model_dir: Path
+    batch_worker: bool = True  # run the batch worker inside `inferd serve`
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -113,6 +123,7 @@ class Settings:
             redis_url=overrides.get("redis_url") or env.get("INFERD_REDIS_URL") or None,
             redis_prefix=env.get("INFERD_REDIS_PREFIX") or "inferd:",
             model_dir=model_dir,
+            batch_worker=overrides.get("batch_worker", env.get("INFERD_BATCH_WORKER", "1") != "0"),
         )
 
     def environ(self) -> dict[str, str]:
@@ -127,6 +138,8 @@ class Settings:
             values["INFERD_CONFIG"] = str(self.config_path)
         if self.redis_url:
             values["INFERD_REDIS_URL"] = self.redis_url
+        if not self.batch_worker:
+            values["INFERD_BATCH_WORKER"] = "0"
         return values
 
 
@@ -263,6 +276,42 @@ def _parse_idp(where: _Where, raw: Any) -> IdpConfig:
     return IdpConfig(**raw)
 
 
+def _parse_batches(where: _Where, raw: dict[str, Any]) -> BatchConfig:
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("window_seconds", "retention_seconds"):
+            _typecheck(where, "[batches]", key, value, (int, float))
+            if value <= 0:
+                raise where.fail("[batches]", key, "must be positive")
+            values[key] = float(value)
+        elif key == "max_concurrency":
+            _typecheck(where, "[batches]", key, value, int)
+            if value < 1:
+                raise where.fail("[batches]", key, "must be at least 1")
+            values[key] = value
+        else:
+            raise where.fail("[batches]", key, "unknown key (known: window_seconds, retention_seconds, "
+                             "max_concurrency)")
+    return BatchConfig(**values)
+
+
+# `[conversations]` keys and their types (CONTRACT.md); readers use `.get(key, default)`.
+_CONVERSATION_KEYS: dict[str, type | tuple[type, ...]] = {
+    "embedding_model": str, "default_chat_model": str, "max_tool_steps": int,
+    "ephemeral_ttl_seconds": (int, float),
+}
+
+
+def _parse_conversations(where: _Where, raw: dict[str, Any]) -> dict[str, Any]:
+    for key, value in raw.items():
+        if key not in _CONVERSATION_KEYS:
+            raise where.fail("[conversations]", key, f"unknown key (known: {', '.join(_CONVERSATION_KEYS)})")
+        _typecheck(where, "[conversations]", key, value, _CONVERSATION_KEYS[key])
+        if key in ("max_tool_steps", "ephemeral_ttl_seconds") and value <= 0:
+            raise where.fail("[conversations]", key, "must be positive")
+    return dict(raw)
+
+
 def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]],
                    model_dir: Path | None = None) -> Catalogue:
     """Read and check the TOML file; `None` gives the built-in catalogue."""
@@ -298,7 +347,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
     return Catalogue(
         models=models,
         idp=_parse_idp(where, raw["idp"]) if "idp" in raw else None,
-        conversations=raw.get("conversations", {}),
-        batches=raw.get("batches", {}),
+        conversations=_parse_conversations(where, raw.get("conversations", {})),
+        batches=_parse_batches(where, raw.get("batches", {})),
         source=str(path),
     )

@@ -11,6 +11,7 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-drip-<S>`        streams with S seconds between chunks (records an abort when the client leaves)
 - `mock-reasoning`       also returns `reasoning_content` (message and deltas)
 - `mock-nousage`         never reports usage
+- `mock-flaky-<N>`       answers 503 to the first N requests with the same messages, then normally
 
 Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
 Streams the client abandoned are recorded too: `GET /_aborts` lists `{model, chunks_sent}`.
@@ -112,6 +113,7 @@ class FakeUpstream:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.aborts: list[dict[str, Any]] = []
+        self.flaky: dict[str, int] = {}
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -122,6 +124,13 @@ class FakeUpstream:
         sleep = _suffix_number(model, "mock-sleep-")
         if sleep:
             await asyncio.sleep(sleep)
+        flaky = _suffix_number(model, "mock-flaky-")
+        if flaky:
+            messages = json.dumps(body.get("messages"))
+            seen = self.flaky[messages] = self.flaky.get(messages, 0) + 1
+            if seen <= flaky:
+                return web.json_response({"error": {"message": "overloaded", "type": "server_error", "code": 503}},
+                                         status=503)
         status = _suffix_number(model, "mock-error-")
         if status:
             return web.json_response(

@@ -33,8 +33,10 @@ class Upload:
             self.path = None
 
 
-async def read_upload(request: Request, file_field: str, max_bytes: int, label: str) -> Upload:
-    """Parse `multipart/form-data`, spooling the part named `file_field` to a temporary file."""
+async def read_upload(request: Request, file_field: str, max_bytes: int, label: str,
+                      directory: Path | None = None) -> Upload:
+    """Parse `multipart/form-data`, spooling the part named `file_field` to a temporary file
+    (in `directory` when given, so the caller can rename it into place atomically)."""
     content_type, params = parse_options_header(request.headers.get("content-type", ""))
     boundary = params.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
@@ -43,7 +45,7 @@ async def read_upload(request: Request, file_field: str, max_bytes: int, label: 
     if length and length.isdigit() and int(length) > max_bytes + MAX_FIELD_BYTES:
         raise PayloadTooLarge(f"{label} over {max_bytes // (1024 * 1024)} MiB")
     upload = Upload()
-    handle, name = tempfile.mkstemp(prefix="inferd-upload-")
+    handle, name = tempfile.mkstemp(prefix="inferd-upload-", dir=directory)
     upload.path = Path(name)
     out = os.fdopen(handle, "wb")
     state: dict[str, object] = {"headers": {}, "field": b"", "name": None, "value": bytearray()}

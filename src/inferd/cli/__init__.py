@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from inferd.cli.batch_worker import batch_worker
 from inferd.cli.keys import keys
 from inferd.cli.orgs import orgs
 from inferd.cli.serve import serve
@@ -17,3 +18,4 @@ def main() -> None:
 main.add_command(serve)
 main.add_command(orgs)
 main.add_command(keys)
+main.add_command(batch_worker)

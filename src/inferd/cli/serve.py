@@ -1,4 +1,4 @@
-"""`inferd serve`: the HTTP server (and, from the batches issue on, the batch worker)."""
+"""`inferd serve`: the HTTP server and, unless `--no-batch-worker`, the batch worker."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ async def bootstrap(engine: AsyncEngine) -> str | None:
 def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None, workers: int,
           no_batch_worker: bool) -> None:
     """Run the HTTP server."""
-    settings = settings_from_env(config_path=config_path, data_dir=data_dir)
+    settings = settings_from_env(config_path=config_path, data_dir=data_dir,
+                                 batch_worker=False if no_batch_worker else None)
     try:
         load_config(settings)
     except ConfigError as exc:

@@ -1,0 +1,74 @@
+"""/v1/files: upload (multipart, streamed to the data dir, 413 past 64 MiB), read, content, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse
+
+from inferd.api.deps import long_lived_key, services
+from inferd.api.uploads import read_upload
+from inferd.errors import InvalidRequest, NotFound
+from inferd.protocol.files import FileDeleted, FileObject
+from inferd.services.batches import file_object
+from inferd.store.files import StoredFile, new_file_id
+from inferd.store.keys import KeyRecord
+
+router = APIRouter(tags=["files"])
+
+MAX_FILE_BYTES = 64 * 1024 * 1024
+PURPOSES = ("batch",)
+
+
+async def _own_file(request: Request, file_id: str, key: KeyRecord) -> StoredFile:
+    stored = await services(request).batches.files.get(file_id, key.org_id)
+    if stored is None:
+        raise NotFound(f"No file '{file_id}'", code="file_not_found")
+    return stored
+
+
+@router.post("/v1/files", response_model=FileObject, openapi_extra={"requestBody": {"content": {
+    "multipart/form-data": {"schema": {"type": "object", "required": ["purpose", "file"], "properties": {
+        "purpose": {"type": "string", "enum": list(PURPOSES)}, "file": {"type": "string", "format": "binary"}}}}}}})
+async def upload_file(request: Request, key: KeyRecord = Depends(long_lived_key)) -> dict[str, object]:
+    """Store a JSONL batch input file; refused with 413 at the byte that passes 64 MiB."""
+    store = services(request).batches.files
+    upload = await read_upload(request, "file", MAX_FILE_BYTES, "Batch input file", directory=store.folder)
+    try:
+        purpose = upload.fields.get("purpose")
+        if purpose is None:
+            raise InvalidRequest("purpose: required", param="purpose")
+        if purpose not in PURPOSES:
+            raise InvalidRequest(f"purpose: must be one of {', '.join(PURPOSES)}", param="purpose")
+        assert upload.path is not None
+        file_id = new_file_id()
+        path = store.publish(upload.path, file_id)
+        upload.path = None  # renamed into place: no longer ours to discard
+    finally:
+        upload.discard()
+    stored = await store.add(file_id, key.org_id, upload.filename or "upload.jsonl", upload.size, purpose, path)
+    return file_object(stored)
+
+
+@router.get("/v1/files/{file_id}", response_model=FileObject)
+async def get_file(request: Request, file_id: str, key: KeyRecord = Depends(long_lived_key)) -> dict[str, object]:
+    """A file of the caller's org."""
+    return file_object(await _own_file(request, file_id, key))
+
+
+@router.get("/v1/files/{file_id}/content", response_class=FileResponse,
+            responses={200: {"content": {"application/jsonl": {}}}})
+async def file_content(request: Request, file_id: str, key: KeyRecord = Depends(long_lived_key)) -> FileResponse:
+    """The file's bytes (JSONL)."""
+    stored = await _own_file(request, file_id, key)
+    path = services(request).batches.files.absolute(stored)
+    if not path.is_file():
+        raise NotFound(f"The content of file '{file_id}' is gone", code="file_not_found")
+    return FileResponse(path, media_type="application/jsonl", filename=stored.filename)
+
+
+@router.delete("/v1/files/{file_id}", response_model=FileDeleted)
+async def delete_file(request: Request, file_id: str, key: KeyRecord = Depends(long_lived_key)) -> dict[str, object]:
+    """Delete a file: its row, then its bytes."""
+    stored = await _own_file(request, file_id, key)
+    await services(request).batches.files.delete(stored)
+    return {"id": stored.id, "object": "file", "deleted": True}

@@ -1,0 +1,229 @@
+"""Batches and their lines: creation, listing, the worker's lease-fenced claims and records.
+
+Every write the worker makes checks its lease in the same transaction (`_fence`), so a worker
+that lost its lease (it stalled past the expiry and another took over) can never record a line
+twice; a line's result and its usage row commit together, so a crash loses both or neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Iterable
+
+import orjson
+from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from inferd.store.db import utcnow
+from inferd.store.tables import batch_lines, batches, files, key_spend, usage_rows
+from inferd.store.usage import rollup_deltas, rollup_upsert
+
+LIVE = ("validating", "in_progress", "finalizing", "cancelling")
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+_INSERT_CHUNK = 500
+
+
+class LeaseLost(Exception):
+    """Another worker holds the batch now: stop touching it."""
+
+
+@dataclass(frozen=True)
+class LineResult:
+    """What running one line produced: its state, its output/error line, its usage row if it ran."""
+
+    line_no: int
+    state: str  # succeeded | failed
+    result: bytes
+    usage_row: dict[str, Any] | None
+
+
+class BatchRepository:
+    """Reads and writes `batches` and `batch_lines`."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._pg = engine.dialect.name == "postgresql"
+        self._upsert = pg_insert if self._pg else sqlite_insert
+        self._rollup = rollup_upsert(engine.dialect.name)
+
+    # --- the API side ----------------------------------------------------------------------
+
+    async def create(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Insert a new batch; returns its row."""
+        async with self._engine.begin() as conn:
+            await conn.execute(insert(batches).values(**values))
+            return dict((await conn.execute(select(batches).where(batches.c.id == values["id"]))).mappings().one())
+
+    async def get(self, batch_id: str, org_id: int | None = None) -> dict[str, Any] | None:
+        """A batch row, or None when missing or (with `org_id`) another org's."""
+        query = select(batches).where(batches.c.id == batch_id)
+        if org_id is not None:
+            query = query.where(batches.c.org_id == org_id)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).mappings().first()
+        return dict(row) if row else None
+
+    async def counts(self, batch_ids: list[str]) -> dict[str, dict[str, int]]:
+        """Lines per state, per batch."""
+        if not batch_ids:
+            return {}
+        query = (select(batch_lines.c.batch_id, batch_lines.c.state, func.count())
+                 .where(batch_lines.c.batch_id.in_(batch_ids), batch_lines.c.state != "pending")
+                 .group_by(batch_lines.c.batch_id, batch_lines.c.state))
+        result: dict[str, dict[str, int]] = {batch_id: {} for batch_id in batch_ids}
+        async with self._engine.connect() as conn:
+            for batch_id, state, count in (await conn.execute(query)).all():
+                result[batch_id][state] = int(count)
+        return result
+
+    async def page(self, org_id: int, limit: int, after_seq: int | None) -> list[dict[str, Any]]:
+        """Up to `limit` batches of an org, newest first, older than `after_seq` when given."""
+        query = select(batches).where(batches.c.org_id == org_id)
+        if after_seq is not None:
+            query = query.where(batches.c.seq < after_seq)
+        query = query.order_by(batches.c.seq.desc()).limit(limit)
+        async with self._engine.connect() as conn:
+            return [dict(r) for r in (await conn.execute(query)).mappings()]
+
+    async def request_cancel(self, batch_id: str, owner: str, lease_seconds: float) -> str:
+        """Move a live batch to `cancelling`. Returns `leased` when a worker runs it (it drains
+        and finishes the cancel), `ours` when nobody did (the lease is now `owner`'s: the caller
+        finalises it at once), or `unchanged`."""
+        now = utcnow()
+        async with self._engine.begin() as conn:
+            free = or_(batches.c.lease_until.is_(None), batches.c.lease_until < now)
+            taken = await conn.execute(update(batches).where(
+                batches.c.id == batch_id, batches.c.status == "in_progress", free).values(
+                status="cancelling", cancelling_at=now, lease_owner=owner,
+                lease_until=now + timedelta(seconds=lease_seconds)))
+            if taken.rowcount:
+                return "ours"
+            marked = await conn.execute(update(batches).where(
+                batches.c.id == batch_id, batches.c.status == "in_progress").values(
+                status="cancelling", cancelling_at=now))
+            return "leased" if marked.rowcount else "unchanged"
+
+    # --- the worker side -------------------------------------------------------------------
+
+    async def claim(self, owner: str, lease_seconds: float, skip: Iterable[str] = ()) -> dict[str, Any] | None:
+        """Lease the oldest live batch nobody holds (SKIP LOCKED on PostgreSQL)."""
+        now = utcnow()
+        free = or_(batches.c.lease_until.is_(None), batches.c.lease_until < now)
+        query = select(batches.c.id).where(batches.c.status.in_(("in_progress", "cancelling")), free)
+        skipped = list(skip)
+        if skipped:
+            query = query.where(batches.c.id.notin_(skipped))
+        query = query.order_by(batches.c.seq).limit(1)
+        if self._pg:
+            query = query.with_for_update(skip_locked=True)
+        async with self._engine.begin() as conn:
+            batch_id = (await conn.execute(query)).scalar()
+            if batch_id is None:
+                return None
+            # The WHERE repeats the freeness test: on SQLite two claimers may both have read it.
+            won = await conn.execute(update(batches).where(batches.c.id == batch_id, free).values(
+                lease_owner=owner, lease_until=now + timedelta(seconds=lease_seconds)))
+            if not won.rowcount:
+                return None
+            return dict((await conn.execute(select(batches).where(batches.c.id == batch_id))).mappings().one())
+
+    async def _fence(self, conn: AsyncConnection, batch_id: str, owner: str, lease_seconds: float) -> str:
+        """Renew the lease inside `conn`'s transaction; the batch's status, or LeaseLost."""
+        now = utcnow()
+        renewed = await conn.execute(update(batches).where(
+            batches.c.id == batch_id, batches.c.lease_owner == owner, batches.c.lease_until >= now).values(
+            lease_until=now + timedelta(seconds=lease_seconds)))
+        if not renewed.rowcount:
+            raise LeaseLost(batch_id)
+        return str((await conn.execute(select(batches.c.status).where(batches.c.id == batch_id))).scalar())
+
+    async def renew(self, batch_id: str, owner: str, lease_seconds: float) -> str:
+        """Extend the lease; returns the batch's status (LeaseLost when it is no longer ours)."""
+        async with self._engine.begin() as conn:
+            return await self._fence(conn, batch_id, owner, lease_seconds)
+
+    async def release(self, batch_id: str, owner: str) -> None:
+        """Give the lease back (a clean stop)."""
+        async with self._engine.begin() as conn:
+            await conn.execute(update(batches).where(batches.c.id == batch_id, batches.c.lease_owner == owner)
+                               .values(lease_owner=None, lease_until=None))
+
+    async def store_lines(self, batch_id: str, owner: str, lease_seconds: float,
+                          lines: list[tuple[str, bytes]]) -> None:
+        """The validated input: every line pending, `total` set, in one transaction."""
+        async with self._engine.begin() as conn:
+            await self._fence(conn, batch_id, owner, lease_seconds)
+            rows = [{"batch_id": batch_id, "line_no": i, "custom_id": custom_id, "body": body.decode(),
+                     "state": "pending", "result": None} for i, (custom_id, body) in enumerate(lines)]
+            for start in range(0, len(rows), _INSERT_CHUNK):
+                await conn.execute(insert(batch_lines), rows[start:start + _INSERT_CHUNK])
+            await conn.execute(update(batches).where(batches.c.id == batch_id).values(
+                validated=True, total=len(rows)))
+
+    async def pending(self, batch_id: str, after_line: int, limit: int) -> list[tuple[int, str, str]]:
+        """Pending lines after `after_line`: (line number, custom_id, body)."""
+        query = (select(batch_lines.c.line_no, batch_lines.c.custom_id, batch_lines.c.body)
+                 .where(batch_lines.c.batch_id == batch_id, batch_lines.c.state == "pending",
+                        batch_lines.c.line_no > after_line)
+                 .order_by(batch_lines.c.line_no).limit(limit))
+        async with self._engine.connect() as conn:
+            return [(int(n), str(c), str(b)) for n, c, b in (await conn.execute(query)).all()]
+
+    async def record(self, batch_id: str, owner: str, lease_seconds: float,
+                     results: list[LineResult]) -> dict[tuple[str, str], float]:
+        """Each line's result and its usage row (with the rollups) in one transaction.
+
+        A line already recorded is skipped with its usage row. Returns the spend added, per
+        (key, month), for the in-memory or Redis counters."""
+        amounts: dict[tuple[str, str], float] = {}
+        async with self._engine.begin() as conn:
+            await self._fence(conn, batch_id, owner, lease_seconds)
+            rows: list[dict[str, Any]] = []
+            for line in results:
+                updated = await conn.execute(update(batch_lines).where(
+                    batch_lines.c.batch_id == batch_id, batch_lines.c.line_no == line.line_no,
+                    batch_lines.c.state == "pending").values(state=line.state, result=line.result.decode()))
+                if updated.rowcount and line.usage_row is not None:
+                    rows.append(line.usage_row)
+            if rows:  # as the usage writer commits them: rows, the daily rollup, the spend
+                await conn.execute(insert(usage_rows), rows)
+                await conn.execute(self._rollup, rollup_deltas(rows))
+                for row in rows:
+                    if row["cost_usd"]:
+                        created = row["created_at"]
+                        slot = (row["key_id"], f"{created.year:04d}-{created.month:02d}")
+                        amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
+                if amounts:
+                    stmt = self._upsert(key_spend)
+                    stmt = stmt.on_conflict_do_update(
+                        index_elements=[key_spend.c.key_id, key_spend.c.month],
+                        set_={"spend_usd": key_spend.c.spend_usd + stmt.excluded.spend_usd})
+                    await conn.execute(stmt, [{"key_id": k, "month": m, "spend_usd": c}
+                                              for (k, m), c in amounts.items()])
+        return amounts
+
+    async def all_lines(self, batch_id: str) -> list[tuple[int, str, str, str | None]]:
+        """Every line: (line number, custom_id, state, result)."""
+        query = (select(batch_lines.c.line_no, batch_lines.c.custom_id, batch_lines.c.state, batch_lines.c.result)
+                 .where(batch_lines.c.batch_id == batch_id).order_by(batch_lines.c.line_no))
+        async with self._engine.connect() as conn:
+            return [(int(n), str(c), str(s), r) for n, c, s, r in (await conn.execute(query)).all()]
+
+    async def finish(self, batch_id: str, owner: str, lease_seconds: float, status: str,
+                     new_files: list[dict[str, Any]], retention_seconds: float,
+                     errors: dict[str, Any] | None = None) -> None:
+        """The terminal status, the output/error file rows and their retention, in one transaction."""
+        now = utcnow()
+        expires = now + timedelta(seconds=retention_seconds)
+        async with self._engine.begin() as conn:
+            await self._fence(conn, batch_id, owner, lease_seconds)
+            for values in new_files:
+                await conn.execute(insert(files).values(**values, expires_at=expires))
+            output = next((f["id"] for f in new_files if f["id"].startswith("file-out-")), None)
+            error = next((f["id"] for f in new_files if f["id"].startswith("file-err-")), None)
+            await conn.execute(update(batches).where(batches.c.id == batch_id).values(
+                status=status, finished_at=now, output_file_id=output, error_file_id=error,
+                errors=orjson.dumps(errors).decode() if errors else None, lease_owner=None, lease_until=None))

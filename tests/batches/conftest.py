@@ -1,0 +1,202 @@
+"""Servers for the batch tests, each on a database of its own (so one server's worker never
+runs another's batches): `batch_server` runs the worker inside `inferd serve`; `short_server`
+has a 5 s window and a 3 s retention; `api_server` runs no worker (tests start
+`inferd batch-worker` processes beside it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import orjson
+import pytest
+
+from tests.harness import INFERD, Backend, Server, Upstream, auth, clean_env, pg_create_database, \
+    pg_drop_database, write_config
+
+BATCH_TOML = """
+[batches]
+window_seconds = @WINDOW@
+retention_seconds = @RETENTION@
+max_concurrency = 8
+
+[[models]]
+id = "mock-chat"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-other"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+
+[[models]]
+id = "mock-slow"
+base_url = "{upstream}/v1"
+upstream_model = "mock-sleep-2"
+timeout_s = 10
+cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-paced"
+base_url = "{upstream}/v1"
+upstream_model = "mock-sleep-0.04"
+cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-err400"
+base_url = "{upstream}/v1"
+upstream_model = "mock-error-400"
+
+[[models]]
+id = "mock-err500"
+base_url = "{upstream}/v1"
+upstream_model = "mock-error-500"
+
+[[models]]
+id = "mock-flaky"
+base_url = "{upstream}/v1"
+upstream_model = "mock-flaky-2"
+"""
+
+
+def _own_backend(tmp: Path) -> tuple[Backend, str | None]:
+    """A fresh database for one server: SQLite in `tmp`, or a new PostgreSQL database."""
+    url = os.environ.get("INFERD_DATABASE_URL")
+    redis_url = os.environ.get("INFERD_REDIS_URL") or None
+    prefix = f"inferd:test:{uuid.uuid4().hex[:8]}:"
+    if url and url.startswith("postgres"):
+        name = f"inferd_batch_{uuid.uuid4().hex[:10]}"
+        return Backend(pg_create_database(url, name), redis_url, prefix), name
+    return Backend(f"sqlite:///{tmp / 'inferd.db'}", redis_url, prefix), None
+
+
+def _server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, label: str, window: float,
+            retention: float, batch_worker: bool) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp(label)
+    template = BATCH_TOML.replace("@WINDOW@", str(window)).replace("@RETENTION@", str(retention))
+    config = write_config(folder / "inferd.toml", template, upstream)
+    backend, pg_name = _own_backend(folder)
+    (folder / "data").mkdir()
+    server = Server.start(folder / "data", backend, config, batch_worker=batch_worker)
+    try:
+        yield server
+    finally:
+        server.stop()
+        if pg_name:
+            pg_drop_database(os.environ["INFERD_DATABASE_URL"], pg_name)
+
+
+@pytest.fixture(scope="session")
+def batch_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
+    """`inferd serve` with its batch worker; a long window and retention."""
+    yield from _server(tmp_path_factory, upstream, "batch", 600, 600, batch_worker=True)
+
+
+@pytest.fixture(scope="session")
+def short_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
+    """`inferd serve` with its batch worker; a 5 s window and a 3 s file retention."""
+    yield from _server(tmp_path_factory, upstream, "short", 5, 3, batch_worker=True)
+
+
+@pytest.fixture(scope="session")
+def api_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
+    """`inferd serve --no-batch-worker`: batches wait for a separately started worker."""
+    yield from _server(tmp_path_factory, upstream, "api", 600, 600, batch_worker=False)
+
+
+class Worker:
+    """An `inferd batch-worker` process beside a server (same database and data dir)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.log_path = server.data_dir / f"worker-{uuid.uuid4().hex[:6]}.log"
+        env = clean_env({**server.backend.env(), "INFERD_CONFIG": str(server.config),
+                         "INFERD_DATA_DIR": str(server.data_dir)})
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen([INFERD, "batch-worker"], stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup of any kind."""
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM, then wait."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# --- helpers the batch tests share ---------------------------------------------------------------
+
+def request_line(custom_id: str, model: str = "mock-chat", content: str = "hello there", **body: Any) -> dict[str, Any]:
+    """One input line; the custom_id also goes into the body's metadata, so usage rows name it."""
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": model, "messages": [{"role": "user", "content": content}],
+                     "metadata": {"cid": custom_id}, **body}}
+
+
+def jsonl(lines: list[dict[str, Any]]) -> bytes:
+    """Lines as a JSONL file."""
+    return b"".join(orjson.dumps(line) + b"\n" for line in lines)
+
+
+def upload(server: Server, key: str, content: bytes, purpose: str = "batch") -> dict[str, Any]:
+    """POST /v1/files; the file object."""
+    response = httpx.post(server.v1 + "/files", headers=auth(key), data={"purpose": purpose},
+                          files={"file": ("input.jsonl", content, "application/jsonl")}, timeout=60)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def create(server: Server, key: str, lines: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """Upload the lines and create a batch over them."""
+    file_id = upload(server, key, jsonl(lines))["id"]
+    response = httpx.post(server.v1 + "/batches", headers=auth(key), timeout=30,
+                          json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                "completion_window": "24h", **extra})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def get(server: Server, key: str, batch_id: str) -> dict[str, Any]:
+    """GET /v1/batches/{id}."""
+    response = httpx.get(f"{server.v1}/batches/{batch_id}", headers=auth(key), timeout=30)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def wait_for(server: Server, key: str, batch_id: str, statuses: tuple[str, ...], timeout: float = 60) -> dict[str, Any]:
+    """Poll until the batch reaches one of `statuses`."""
+    deadline = time.monotonic() + timeout
+    batch = get(server, key, batch_id)
+    while batch["status"] not in statuses:
+        assert time.monotonic() < deadline, f"batch stuck in {batch['status']}: {batch}"
+        time.sleep(0.2)
+        batch = get(server, key, batch_id)
+    return batch
+
+
+def content(server: Server, key: str, file_id: str | None) -> list[dict[str, Any]]:
+    """A file's JSONL lines ([] for no file)."""
+    if file_id is None:
+        return []
+    response = httpx.get(f"{server.v1}/files/{file_id}/content", headers=auth(key), timeout=30)
+    assert response.status_code == 200, response.text
+    return [orjson.loads(line) for line in response.content.splitlines() if line.strip()]
+
+
+def batch_usage(server: Server, key: str) -> list[dict[str, Any]]:
+    """The key's usage rows of workspace `batch`."""
+    return [row for row in server.usage_rows(key) if row["workspace"] == "batch"]
