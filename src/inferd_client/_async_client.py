@@ -1,0 +1,311 @@
+"""`AsyncClient`: the asyncio twin of `Client`, same methods, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import date, datetime
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence, TypeVar
+
+import httpx
+
+from inferd_client import _routes as routes
+from inferd_client._calls import BATCH_ENDPOINT, BATCH_WINDOW, NOT_GIVEN, Call, FileSource, NotGiven
+from inferd_client._config import Settings, open_upload, poll_intervals
+from inferd_client._conversation_types import (Conversation, ConversationList, ConversationMessage, DeleteResult,
+                                               GenerateChunk, GenerateEvent, GenerateStart, Participant, Source,
+                                               SourceList, VectorizeResult, parse_generate_frame)
+from inferd_client._errors import APIConnectionError, APITimeoutError, WaitTimeout, error_from_response, \
+    parse_retry_after
+from inferd_client._retry import RetryPolicy
+from inferd_client._streaming import AsyncStream
+from inferd_client._types import (Batch, BatchPage, ChatCompletion, ChatCompletionChunk, EmbeddingList,
+                                  ExchangeResult, FileDeleted, FileObject, ImagesResponse, ModelList, RerankResponse,
+                                  TokenCount, Transcription, UsagePage, UsageSummary, VoiceList)
+
+R = TypeVar("R")
+GenerateFrame = GenerateStart | GenerateChunk | GenerateEvent
+
+
+class AsyncClient:
+    """Asynchronous client with the same methods and retry policy as `Client`.
+
+    Use it as an async context manager, or `await client.close()`.
+    """
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
+                 max_attempts: int | None = None, retry: RetryPolicy | None = None,
+                 headers: Mapping[str, str] | None = None, http_client: httpx.AsyncClient | None = None) -> None:
+        self._settings = Settings.build(base_url, api_key, timeout, max_attempts, retry)
+        self.base_url = self._settings.base_url
+        self.retry = self._settings.retry
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        self._headers = self._settings.headers(headers)
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the connection pool (only when this client created it)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    async def _sleep(self, seconds: float) -> None:
+        await (self.retry.async_sleep or asyncio.sleep)(seconds)
+
+    def _request(self, call: Call[Any], upload: Any) -> httpx.Request:
+        return self._http.build_request(**self._settings.request_args(call, self._headers, upload))
+
+    async def _send(self, call: Call[Any], *, stream: bool = False) -> httpx.Response:
+        """Send `call`, retrying reads per the policy; returns a successful response or raises."""
+        attempt = 0
+        while True:
+            attempt += 1
+            with open_upload(call.upload) as upload:
+                try:
+                    response = await self._http.send(self._request(call, upload), stream=stream)
+                except httpx.TransportError as exc:
+                    error = (APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError)(
+                        f"{call.method} {call.path}: {exc or type(exc).__name__}")
+                    delay = self.retry.delay_after_connection_error(attempt) if call.read else None
+                    if delay is None:
+                        raise error from exc
+                    await self._sleep(delay)
+                    continue
+            if response.status_code < 400:
+                return response
+            if stream:
+                await response.aread()
+                await response.aclose()
+            failure = error_from_response(response)
+            delay = (self.retry.delay_after_status(attempt, response.status_code,
+                                                   parse_retry_after(response.headers.get("retry-after")))
+                     if call.read else None)
+            if delay is None:
+                raise failure
+            await self._sleep(delay)
+
+    async def _call(self, call: Call[R]) -> R:
+        return call.parse(await self._send(call))
+
+    async def _stream(self, call: Call[Any], decode: Callable[[Any], R]) -> AsyncStream[R]:
+        return AsyncStream(await self._send(call, stream=True), decode)
+
+    async def request(self, method: str, path: str, *, read: bool | None = None, **kwargs: Any) -> httpx.Response:
+        """Any route, raw: `path` is relative to the base URL; errors are raised like every call.
+
+        Retried when `read` (default: the method is GET). Keyword arguments: params, json, data.
+        """
+        call = Call(method.upper(), path, lambda r: r, read=method.upper() == "GET" if read is None else read,
+                    params=kwargs.get("params"), json=kwargs.get("json"), data=kwargs.get("data"))
+        return await self._send(call)
+
+    # --- inference ----------------------------------------------------------------------------
+
+    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], **params: Any) -> ChatCompletion:
+        """A blocking chat completion; extra keyword arguments are passed through to the model."""
+        return await self._call(routes.chat(model, messages, False, params))
+
+    async def chat_stream(self, model: str, messages: Sequence[Mapping[str, Any]],
+                          **params: Any) -> AsyncStream[ChatCompletionChunk]:
+        """A streamed chat completion: iterate the chunks; the last one before `[DONE]` has `usage`."""
+        return await self._stream(routes.chat(model, messages, True, params), ChatCompletionChunk.from_dict)
+
+    async def count_tokens(self, model: str, messages: Sequence[Mapping[str, Any]], **params: Any) -> TokenCount:
+        """Input tokens the same chat call would be billed for, and the model's context window."""
+        return await self._call(routes.count_tokens(model, messages, params))
+
+    async def embeddings(self, model: str, input: str | Sequence[str], **params: Any) -> EmbeddingList:
+        """Dense embeddings (`encoding_format="base64"` gives base64 float32 strings)."""
+        return await self._call(routes.embeddings(model, input, params))
+
+    async def rerank(self, model: str, query: str, documents: Sequence[str], *, top_n: int | None = None,
+                     **params: Any) -> RerankResponse:
+        """Documents scored against the query, highest first."""
+        return await self._call(routes.rerank(model, query, documents, top_n, params))
+
+    async def models(self) -> ModelList:
+        """The models the caller's org may use."""
+        return await self._call(routes.models())
+
+    async def speech(self, model: str, input: str, voice: str, **params: Any) -> bytes:
+        """Text to speech: the audio bytes in `response_format` (mp3 by default)."""
+        return await self._call(routes.speech(model, input, voice, params))
+
+    async def transcribe(self, file: FileSource, *, model: str = "stt", **fields: Any) -> Transcription | str:
+        """Speech to text. `model` picks the deployment; fields (`language`, `prompt`,
+        `response_format`, and `engine_model` sent as the form's `model`) go to the engine."""
+        if "engine_model" in fields:
+            fields["model"] = fields.pop("engine_model")
+        return await self._call(routes.transcription(file, model, fields))
+
+    async def voices(self, model: str = "tts") -> VoiceList:
+        """The voices of a speech model."""
+        return await self._call(routes.voices(model))
+
+    async def generate_images(self, model: str, prompt: str, size: str, *, timeout: float | None = None,
+                              **params: Any) -> ImagesResponse:
+        """Text to image (base64 PNGs); waits up to `timeout` (default 600 s) for the images."""
+        return await self._call(routes.images(model, prompt, size, params, timeout))
+
+    # --- usage and key exchange ---------------------------------------------------------------
+
+    async def usage(self, *, from_: str | date | datetime | None = None, to: str | date | datetime | None = None,
+                    **filters: Any) -> UsagePage:
+        """The caller's usage rows, newest first (filters: model, workspace, deployment, metadata, limit, offset)."""
+        return await self._call(routes.usage({**filters, "from_": from_, "to": to}))
+
+    async def usage_summary(self, group_by: str, *, from_: str | date | datetime | None = None,
+                            to: str | date | datetime | None = None, **filters: Any) -> UsageSummary:
+        """Usage totals grouped by model, workspace, key_id, user_id, day or `metadata.<tag>`."""
+        return await self._call(routes.usage_summary(group_by, {**filters, "from_": from_, "to": to}))
+
+    async def exchange(self, *, idp_token: str | None = None, api_key: str | None = None,
+                       ttl_seconds: int | None = None) -> ExchangeResult:
+        """Mint a user-scoped key: from an identity-provider token (shape A) or a user-owned key (shape B)."""
+        return await self._call(routes.exchange(idp_token, api_key, ttl_seconds))
+
+    def with_api_key(self, api_key: str) -> "AsyncClient":
+        """A client sharing this one's settings and connection pool, with another key (for example a user key)."""
+        other = AsyncClient(self.base_url, api_key, timeout=self._settings.timeout, retry=self.retry,
+                       http_client=self._http)
+        other._headers = {**self._headers, "Authorization": f"Bearer {api_key}"}
+        return other
+
+    # --- conversations and sources (user-scoped key) ------------------------------------------
+
+    async def list_conversations(self, *, project_id: str | int | None = None, cloud_agents: bool = False,
+                                 archived: bool = False) -> ConversationList:
+        """Conversations owned by or shared with the user, newest first."""
+        return await self._call(routes.list_conversations(project_id, cloud_agents, archived))
+
+    async def get_conversation(self, conversation_id: int | str, *, before_id: int | None = None,
+                               from_id: int | None = None, limit: int | None = None) -> Conversation:
+        """The visible thread of the active branch, paged by `before_id` / `from_id` / `limit`."""
+        return await self._call(routes.get_conversation(conversation_id, before_id, from_id, limit))
+
+    async def conversation_sources(self, conversation_id: int | str) -> SourceList:
+        """The active sources attached to a conversation."""
+        return await self._call(routes.conversation_sources(conversation_id))
+
+    async def generate(self, conversation_id: int, message_id: int, *, model: str, thinking: bool | None = None,
+                       web_search: bool | None = None) -> AsyncStream[GenerateFrame]:
+        """Stream the reply to a saved user message: a `GenerateStart`, then `GenerateChunk`s and
+        `GenerateEvent`s, until `[DONE]`."""
+        return await self._stream(routes.generate(conversation_id, message_id, model, thinking, web_search),
+                            parse_generate_frame)
+
+    async def delete_conversations(self, conversation_ids: Sequence[int | str]) -> DeleteResult:
+        """Delete what the user may delete; the rest is reported in `skipped_ids`."""
+        return await self._call(routes.delete_conversations(conversation_ids))
+
+    async def vectorize(self, conversation_id: int, file: FileSource, *,
+                        ephemeral: bool | None = None) -> VectorizeResult:
+        """Ingest a document into a conversation (id 0 creates one)."""
+        return await self._call(routes.vectorize(conversation_id, file, ephemeral))
+
+    async def list_sources(self) -> SourceList:
+        """Every source the user can reach, once per conversation."""
+        return await self._call(routes.list_sources())
+
+    async def create_conversation(self, *, title: str | None = None, project_id: int | None = None,
+                                  cloud_agent_task_id: int | None = None) -> Conversation:
+        """A new conversation owned by the user."""
+        return await self._call(routes.create_conversation(title, project_id, cloud_agent_task_id))
+
+    async def add_message(self, conversation_id: int | str, message: str, *,
+                          parent_message_id: int | None = None) -> ConversationMessage:
+        """Save a user message (a second child of one parent starts a new branch)."""
+        return await self._call(routes.add_message(conversation_id, message, parent_message_id))
+
+    async def add_participant(self, conversation_id: int | str, email: str, role: str) -> Participant:
+        """Share a conversation with another user."""
+        return await self._call(routes.add_participant(conversation_id, email, role))
+
+    async def update_conversation(self, conversation_id: int | str, *, title: str | None | NotGiven = NOT_GIVEN,
+                                  archived: bool | NotGiven = NOT_GIVEN,
+                                  project_id: int | None | NotGiven = NOT_GIVEN) -> Conversation:
+        """Rename, archive or move a conversation; only the arguments given are sent."""
+        return await self._call(routes.update_conversation(conversation_id, title, archived, project_id))
+
+    async def update_source(self, source_id: int | str, *, is_active: bool | None = None,
+                            use_in_tasks: bool | None = None) -> Source:
+        """Toggle a source the user owns."""
+        return await self._call(routes.update_source(source_id, is_active, use_in_tasks))
+
+    # --- files and batches --------------------------------------------------------------------
+
+    async def create_file(self, file: FileSource, *, purpose: str = "batch") -> FileObject:
+        """Upload a JSONL batch input (a path, bytes, a binary file object or `(name, content)`)."""
+        return await self._call(routes.create_file(file, purpose))
+
+    async def get_file(self, file_id: str) -> FileObject:
+        """A file's object."""
+        return await self._call(routes.get_file(file_id))
+
+    async def get_file_content(self, file_id: str) -> bytes:
+        """A file's bytes (JSONL for batch output and error files)."""
+        return await self._call(routes.get_file_content(file_id))
+
+    async def delete_file(self, file_id: str) -> FileDeleted:
+        """Delete a file."""
+        return await self._call(routes.delete_file(file_id))
+
+    async def create_batch(self, input_file_id: str, *, endpoint: str = BATCH_ENDPOINT,
+                           completion_window: str = BATCH_WINDOW, metadata: Mapping[str, str] | None = None) -> Batch:
+        """Start a batch over an uploaded file."""
+        return await self._call(routes.create_batch(input_file_id, endpoint, completion_window, metadata))
+
+    async def get_batch(self, batch_id: str) -> Batch:
+        """A batch's current state."""
+        return await self._call(routes.get_batch(batch_id))
+
+    async def list_batches_page(self, *, limit: int = 20, after: str | None = None) -> BatchPage:
+        """One page of batches, newest first."""
+        return await self._call(routes.list_batches_page(limit, after))
+
+    def list_batches(self, *, limit: int = 20, after: str | None = None) -> AsyncIterator[Batch]:
+        """Every batch, newest first, fetching pages with `after` until a page is empty."""
+        routes.list_batches_page(limit, after)  # check the limit now, not at the first next()
+        return self._iter_batches(limit, after)
+
+    async def _iter_batches(self, limit: int, after: str | None) -> AsyncIterator[Batch]:
+        while True:
+            page = await self.list_batches_page(limit=limit, after=after)
+            if not page.data:
+                return
+            for batch in page.data:
+                yield batch
+            after = page.data[-1].id
+
+    async def cancel_batch(self, batch_id: str) -> Batch:
+        """Cancel a batch: `cancelling` while lines drain, else `cancelled`."""
+        return await self._call(routes.cancel_batch(batch_id))
+
+    async def wait_batch(self, batch_id: str, *, poll_interval: float = 5.0, max_interval: float = 30.0,
+                         timeout: float | None = None, on_progress: Callable[[Batch], None] | None = None,
+                         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> Batch:
+        """Poll until the batch leaves the live statuses; returns it terminal.
+
+        Waits `poll_interval` (5 s) after the first look, doubling up to `max_interval` (30 s).
+        `on_progress` sees every polled state. Past `timeout` seconds raises `WaitTimeout`.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        intervals = poll_intervals(poll_interval, max_interval)
+        while True:
+            batch = await self.get_batch(batch_id)
+            if on_progress is not None:
+                on_progress(batch)
+            if not batch.is_live:
+                return batch
+            delay = next(intervals)
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise WaitTimeout(f"batch {batch_id} still {batch.status} after {timeout} s", batch)
+            await sleep(delay)
+

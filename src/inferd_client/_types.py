@@ -1,0 +1,407 @@
+"""Typed results of the inference, usage, key exchange, file and batch routes (spec field names)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+from inferd_client._base import APIObject
+
+LIVE_BATCH_STATUSES = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
+TERMINAL_BATCH_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
+
+
+# --- chat ----------------------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class Usage(APIObject):
+    """Token counts of one call."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+@dataclass(kw_only=True)
+class ChatMessage(APIObject):
+    """An assistant message of a completion (`reasoning_content` from some engines stays in `raw`)."""
+
+    role: str = "assistant"
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+@dataclass(kw_only=True)
+class ChatChoice(APIObject):
+    """One choice of a completion."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"message": ChatMessage}
+    index: int = 0
+    message: ChatMessage = dataclasses.field(default_factory=ChatMessage)
+    finish_reason: str | None = None
+
+
+@dataclass(kw_only=True)
+class ChatCompletion(APIObject):
+    """A blocking chat completion."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"usage": Usage}
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"choices": ChatChoice}
+    id: str = ""
+    object: str = ""
+    created: int = 0
+    model: str = ""
+    choices: list[ChatChoice] = dataclasses.field(default_factory=list)
+    usage: Usage | None = None
+
+    @property
+    def text(self) -> str:
+        """The first choice's content ('' when none)."""
+        return (self.choices[0].message.content or "") if self.choices else ""
+
+
+@dataclass(kw_only=True)
+class ChunkDelta(APIObject):
+    """The increment a streamed chunk carries."""
+
+    role: str | None = None
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+@dataclass(kw_only=True)
+class ChunkChoice(APIObject):
+    """One choice of a streamed chunk."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"delta": ChunkDelta}
+    index: int = 0
+    delta: ChunkDelta = dataclasses.field(default_factory=ChunkDelta)
+    finish_reason: str | None = None
+
+
+@dataclass(kw_only=True)
+class ChatCompletionChunk(APIObject):
+    """One SSE chunk of a streamed completion; the last one before `[DONE]` carries `usage`."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"usage": Usage}
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"choices": ChunkChoice}
+    id: str = ""
+    object: str = ""
+    created: int = 0
+    model: str = ""
+    choices: list[ChunkChoice] = dataclasses.field(default_factory=list)
+    usage: Usage | None = None
+
+    @property
+    def text(self) -> str:
+        """The first choice's content increment ('' when none)."""
+        return (self.choices[0].delta.content or "") if self.choices else ""
+
+
+@dataclass(kw_only=True)
+class TokenCount(APIObject):
+    """`POST /v1/chat/count_tokens`."""
+
+    input_tokens: int = 0
+    context_window: int = 0
+
+
+# --- embeddings, rerank, models --------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class Embedding(APIObject):
+    """One vector: a float list, or a base64 float32 string under `encoding_format="base64"`."""
+
+    object: str = "embedding"
+    index: int = 0
+    embedding: list[float] | str = dataclasses.field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class EmbeddingList(APIObject):
+    """`POST /v1/embeddings`."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"usage": Usage}
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": Embedding}
+    object: str = "list"
+    data: list[Embedding] = dataclasses.field(default_factory=list)
+    model: str = ""
+    usage: Usage | None = None
+
+
+@dataclass(kw_only=True)
+class RerankResult(APIObject):
+    """One scored document; `index` is its position in the request."""
+
+    index: int = 0
+    relevance_score: float = 0.0
+    document: dict[str, Any] | None = None
+
+
+@dataclass(kw_only=True)
+class RerankResponse(APIObject):
+    """`POST /v1/rerank`: results by relevance, highest first."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"usage": Usage}
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"results": RerankResult}
+    id: str = ""
+    model: str = ""
+    results: list[RerankResult] = dataclasses.field(default_factory=list)
+    usage: Usage | None = None
+
+
+@dataclass(kw_only=True)
+class Model(APIObject):
+    """A catalogue entry; optional fields are None when the server omitted them."""
+
+    id: str = ""
+    object: str = "model"
+    created: int = 0
+    owned_by: str = ""
+    context_length: int | None = None
+    model_type: str | None = None
+    model_full_name: str | None = None
+    model_icon_url: str | None = None
+    capabilities: dict[str, bool] = dataclasses.field(default_factory=dict)
+    supported_parameters: list[str] = dataclasses.field(default_factory=list)
+    aliases: list[str] = dataclasses.field(default_factory=list)
+    cost: dict[str, float] | None = None
+    description: str | None = None
+    use_when: str | None = None
+
+
+@dataclass(kw_only=True)
+class ModelList(APIObject):
+    """`GET /v1/models`."""
+
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": Model}
+    object: str = "list"
+    data: list[Model] = dataclasses.field(default_factory=list)
+
+
+# --- audio and images ------------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class Transcription(APIObject):
+    """`json` or `verbose_json` transcription (`text`, `srt`, `vtt` come back as plain strings)."""
+
+    text: str = ""
+    language: str | None = None
+    duration: float | None = None
+    segments: list[dict[str, Any]] | None = None
+
+
+@dataclass(kw_only=True)
+class VoiceList(APIObject):
+    """`GET /v1/voices`, either documented shape; `ids` lists the voice ids of both."""
+
+    ids: list[str] = dataclasses.field(default_factory=list)
+    data: list[Any] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def parse(cls, body: Any) -> "VoiceList":
+        """From an array of ids or an object with `data[]` of `{id}` objects."""
+        if isinstance(body, list):
+            return cls(raw={"data": body}, ids=[str(v) for v in body], data=list(body))
+        items = list(body.get("data") or []) if isinstance(body, dict) else []
+        ids = [str(v.get("id")) if isinstance(v, dict) else str(v) for v in items]
+        return cls(raw=dict(body) if isinstance(body, dict) else {}, ids=ids, data=items)
+
+
+@dataclass(kw_only=True)
+class ImageData(APIObject):
+    """One generated image."""
+
+    b64_json: str = ""
+
+    def png(self) -> bytes:
+        """The decoded PNG bytes."""
+        return base64.b64decode(self.b64_json)
+
+
+@dataclass(kw_only=True)
+class ImagesResponse(APIObject):
+    """`POST /v1/images/generations`."""
+
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": ImageData}
+    created: int = 0
+    data: list[ImageData] = dataclasses.field(default_factory=list)
+
+
+# --- usage and key exchange ------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class Pagination(APIObject):
+    """Paging of the usage routes (`from` is `from_` in Python)."""
+
+    _renamed: ClassVar[Mapping[str, str]] = {"from_": "from"}
+    limit: int = 0
+    offset: int = 0
+    has_more: bool = False
+    from_: str | None = None
+    to: str | None = None
+
+
+@dataclass(kw_only=True)
+class UsageRow(APIObject):
+    """One metered call."""
+
+    id: int = 0
+    org: str = ""
+    deployment: str = ""
+    key_id: str = ""
+    user_id: str | None = None
+    model: str = ""
+    workspace: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    latency_ms: int = 0
+    status_code: int = 0
+    cost_usd: float = 0.0
+    created_at: str = ""
+    team_id: int | None = None
+    metadata: dict[str, str] | None = None
+
+
+@dataclass(kw_only=True)
+class UsagePage(APIObject):
+    """`GET /v1/usage`."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"pagination": Pagination}
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": UsageRow}
+    success: bool = True
+    data: list[UsageRow] = dataclasses.field(default_factory=list)
+    pagination: Pagination = dataclasses.field(default_factory=Pagination)
+
+
+@dataclass(kw_only=True)
+class UsageSummaryRow(APIObject):
+    """One group of `GET /v1/usage/summary`; `group_value` None is the untagged bucket."""
+
+    group_value: str | None = None
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(kw_only=True)
+class UsageSummary(APIObject):
+    """`GET /v1/usage/summary`."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"pagination": Pagination}
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": UsageSummaryRow}
+    success: bool = True
+    group_by: str = ""
+    data: list[UsageSummaryRow] = dataclasses.field(default_factory=list)
+    pagination: Pagination = dataclasses.field(default_factory=Pagination)
+
+
+@dataclass(kw_only=True)
+class ExchangeResult(APIObject):
+    """`POST /v1/auth/exchange`, either shape, flattened: `bearer` is the token to send.
+
+    Shape A fills `access_key_id`, `secret`, `full_key`, `user_id`, `org_id`; shape B fills
+    `user_key`; both fill `expires_at`.
+    """
+
+    access_key_id: str | None = None
+    secret: str | None = None
+    full_key: str | None = None
+    user_key: str | None = None
+    expires_at: str | None = None
+    user_id: str | None = None
+    org_id: int | None = None
+
+    @classmethod
+    def parse(cls, body: Mapping[str, Any]) -> "ExchangeResult":
+        """From `{success, data: {...}}` (A) or `{success, user_key, expires_at}` (B)."""
+        inner = body.get("data") if isinstance(body.get("data"), Mapping) else body
+        result = cls.from_dict(inner)
+        result.raw = dict(body)
+        return result
+
+    @property
+    def bearer(self) -> str:
+        """The minted user-scoped bearer token."""
+        token = self.full_key or self.user_key
+        if not token:
+            raise ValueError("the exchange response carried no key")
+        return token
+
+
+# --- files and batches -----------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class FileObject(APIObject):
+    """An uploaded or produced file."""
+
+    id: str = ""
+    object: str = "file"
+    filename: str = ""
+    bytes: int = 0
+    purpose: str = ""
+    status: str | None = None
+    created_at: int = 0
+
+
+@dataclass(kw_only=True)
+class FileDeleted(APIObject):
+    """`DELETE /v1/files/{id}`."""
+
+    id: str = ""
+    object: str = "file"
+    deleted: bool = False
+
+
+@dataclass(kw_only=True)
+class RequestCounts(APIObject):
+    """Requests of a batch; cancelled and expired ones count in `total` only."""
+
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+@dataclass(kw_only=True)
+class Batch(APIObject):
+    """A batch of chat-completion requests."""
+
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"request_counts": RequestCounts}
+    id: str = ""
+    object: str = "batch"
+    endpoint: str = "/v1/chat/completions"
+    input_file_id: str = ""
+    completion_window: str = "24h"
+    status: str = ""
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    created_at: int = 0
+    expires_at: int | None = None
+    request_counts: RequestCounts = dataclasses.field(default_factory=RequestCounts)
+    errors: Any = None
+    metadata: dict[str, str] | None = None
+
+    @property
+    def is_live(self) -> bool:
+        """Still moving: validating, in_progress, finalizing or cancelling."""
+        return self.status in LIVE_BATCH_STATUSES
+
+
+@dataclass(kw_only=True)
+class BatchPage(APIObject):
+    """One page of `GET /v1/batches` (`{object, data, first_id, last_id, has_more}`)."""
+
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": Batch}
+    object: str = "list"
+    data: list[Batch] = dataclasses.field(default_factory=list)
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool = False
