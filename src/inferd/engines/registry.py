@@ -14,7 +14,7 @@ from inferd.engines.base import Engine
 from inferd.errors import ConfigError
 
 DEFAULT_ENGINES = ("inferd.engines.openai_http", "inferd.engines.llamacpp", "inferd.engines.sbert",
-                   "inferd.engines.piper_tts", "inferd.engines.whisper_asr")
+                   "inferd.engines.piper_tts", "inferd.engines.whisper_asr", "inferd.engines.diffusers_t2i")
 
 
 @dataclass(frozen=True)
