@@ -82,7 +82,7 @@ class SqlAlchemySink:
         self._rollup = rollup_upsert(engine.dialect.name)
 
     async def commit(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
-        """Insert the rows and add to the spend and daily usage rollups in one transaction."""
+        """Insert the rows and add to the spend and usage rollups in one transaction."""
         async with self._engine.begin() as conn:
             await conn.execute(insert(usage_rows), rows)
             await conn.execute(self._rollup, rollup_deltas(rows))
@@ -142,7 +142,7 @@ class SqliteSink:
         self._write(self._threaded, rows, amounts)
 
     async def commit(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
-        """Insert the rows and add to the spend and daily usage rollups in one transaction."""
+        """Insert the rows and add to the spend and usage rollups in one transaction."""
         try:
             self._write(self._hot.conn, rows, amounts)
             return

@@ -69,7 +69,7 @@ usage_rows = Table(
     Column("cost_usd", Float, nullable=False),
     Column("created_at", DateTime(), nullable=False),
     Column("metadata", Text, nullable=True),  # JSON object, or NULL for untagged requests
-    Index("ix_usage_rows_key_created", "key_id", "created_at"),
+    Index("ix_usage_rows_key_created", "key_id", "created_at", "id"),  # id since 0002: pages in index order
 )
 
 # Monthly spend per charged key, maintained with every usage commit, so budgets load in one read.
@@ -237,28 +237,31 @@ batch_lines = Table(
     Index("ix_batch_lines_state", "batch_id", "state"),
 )
 
-# Usage reporting (migration 0002). Pages of /v1/usage walk one of these in (created_at, id) order;
-# on SQLite every index ends with the rowid (= id) already.
-Index("ix_usage_rows_key_model_created", usage_rows.c.key_id, usage_rows.c.model, usage_rows.c.created_at)
-Index("ix_usage_rows_key_workspace_created", usage_rows.c.key_id, usage_rows.c.workspace, usage_rows.c.created_at)
+# Usage reporting (migration 0002). Pages of /v1/usage walk one of these in (created_at, id) order.
+Index("ix_usage_rows_key_model_created", usage_rows.c.key_id, usage_rows.c.model, usage_rows.c.created_at,
+      usage_rows.c.id)
+Index("ix_usage_rows_key_workspace_created", usage_rows.c.key_id, usage_rows.c.workspace, usage_rows.c.created_at,
+      usage_rows.c.id)
 
-# Per charged key and UTC day, one row per distinct (model, workspace, deployment, user_id, metadata),
-# maintained in the usage writer's transaction, so summaries over long windows read days, not rows.
-# `dims` is a short hash of those five values (they can be long, and NULLs defeat ON CONFLICT).
-usage_daily = Table(
-    "usage_daily", metadata,
+
+# Per charged key, per UTC day and per UTC month, one row per distinct (model, workspace, deployment,
+# metadata), kept by the usage writer in its own transaction, so summaries over long windows read
+# groups, not calls. `dims` is a short hash of those four values (they can be long, and NULLs
+# defeat ON CONFLICT).
+usage_rollup = Table(
+    "usage_rollup", metadata,
     Column("key_id", String(32), primary_key=True),
-    Column("day", String(10), primary_key=True),  # YYYY-MM-DD (UTC)
+    Column("span", String(5), primary_key=True),  # day | month
+    Column("period", String(10), primary_key=True),  # YYYY-MM-DD or YYYY-MM (UTC)
     Column("dims", String(16), primary_key=True),
     Column("model", String(256), nullable=False),
     Column("workspace", String(32), nullable=False),
     Column("deployment", String(256), nullable=False),
-    Column("user_id", String(64), nullable=True),
     Column("metadata", Text, nullable=True),
     Column("requests", BigInteger, nullable=False),
     Column("prompt_tokens", BigInteger, nullable=False),
     Column("cached_prompt_tokens", BigInteger, nullable=False),
     Column("completion_tokens", BigInteger, nullable=False),
     Column("cost_usd", Float, nullable=False),
-    sqlite_with_rowid=False,  # clustered by (key_id, day): a window is one contiguous range
+    sqlite_with_rowid=False,  # clustered by (key_id, span, period): a window is one contiguous range
 )

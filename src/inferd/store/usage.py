@@ -1,7 +1,7 @@
 """Usage rows and their per-day rollup: the writer's rollup deltas and the report queries.
 
-Summaries read whole UTC days from `usage_daily` and only the partial first and last day of a
-window from `usage_rows`, so a year costs a few hundred thousand small rows at most, never the
+Summaries read whole UTC months and days from `usage_rollup` and only the partial first and last
+day of a window from `usage_rows`, so a year costs some thousands of small rows, never the
 millions of calls behind them. The same queries run on SQLite and PostgreSQL.
 """
 
@@ -12,63 +12,62 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
-from sqlalchemy import ColumnElement, Select, and_, func, select
+import orjson
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.expression import cast
 
-from inferd.store.tables import api_keys, orgs, usage_daily, usage_rows
+from inferd.store.tables import api_keys, orgs, usage_rollup, usage_rows
 
 _SEP = "\x1f"
 _NONE = "\x01"  # stands for NULL in the hash (PostgreSQL text cannot hold NUL)
 _SUMS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_usd")
 
 
-def dims_hash(model: str, workspace: str, deployment: str, user_id: str | None, metadata: str | None) -> str:
-    """The rollup's short key for one combination of grouping values (migration 0002 computes the same)."""
-    joined = _SEP.join((model, workspace, deployment, _NONE if user_id is None else user_id,
-                        _NONE if metadata is None else metadata))
+def dims_hash(model: str, workspace: str, deployment: str, metadata: str | None) -> str:
+    """The rollups' short key for one combination of grouping values."""
+    joined = _SEP.join((model, workspace, deployment, _NONE if metadata is None else metadata))
     return hashlib.md5(joined.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
 def rollup_deltas(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What a batch of new usage rows adds to `usage_daily`, one entry per (key, day, dims),
-    sorted so concurrent writers lock rollup rows in the same order (no deadlocks)."""
-    deltas: dict[tuple[str, str, str], dict[str, Any]] = {}
+    """What a batch of new usage rows adds to `usage_rollup`: one entry per (key, day, dims) and
+    per (key, month, dims), sorted so concurrent writers lock rollup rows in one order (no deadlocks)."""
+    deltas: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for row in rows:
         day = row["created_at"].date().isoformat()
-        dims = dims_hash(row["model"], row["workspace"], row["deployment"], row["user_id"], row["metadata"])
-        slot = (row["key_id"], day, dims)
-        delta = deltas.get(slot)
-        if delta is None:
-            deltas[slot] = {"key_id": row["key_id"], "day": day, "dims": dims, "model": row["model"],
-                            "workspace": row["workspace"], "deployment": row["deployment"],
-                            "user_id": row["user_id"], "metadata": row["metadata"], "requests": 1,
-                            **{name: row[name] for name in _SUMS}}
-        else:
-            delta["requests"] += 1
-            for name in _SUMS:
-                delta[name] += row[name]
+        dims = dims_hash(row["model"], row["workspace"], row["deployment"], row["metadata"])
+        for span, period in (("day", day), ("month", day[:7])):
+            delta = deltas.get((row["key_id"], span, period, dims))
+            if delta is None:
+                deltas[(row["key_id"], span, period, dims)] = {
+                    "key_id": row["key_id"], "span": span, "period": period, "dims": dims, "model": row["model"],
+                    "workspace": row["workspace"], "deployment": row["deployment"], "metadata": row["metadata"],
+                    "requests": 1, **{name: row[name] for name in _SUMS}}
+            else:
+                delta["requests"] += 1
+                for name in _SUMS:
+                    delta[name] += row[name]
     return [deltas[slot] for slot in sorted(deltas)]
 
 
-ROLLUP_COLUMNS = ("key_id", "day", "dims", "model", "workspace", "deployment", "user_id", "metadata", "requests",
-                  *_SUMS)
 _ADDED = ("requests", *_SUMS)
+ROLLUP_COLUMNS = ("key_id", "span", "period", "dims", "model", "workspace", "deployment", "metadata", *_ADDED)
 SQLITE_ROLLUP_UPSERT = (
-    f"INSERT INTO usage_daily ({', '.join(ROLLUP_COLUMNS)}) VALUES ({', '.join('?' * len(ROLLUP_COLUMNS))}) "
-    "ON CONFLICT (key_id, day, dims) DO UPDATE SET "
-    + ", ".join(f"{name} = usage_daily.{name} + excluded.{name}" for name in _ADDED))
+    f"INSERT INTO usage_rollup ({', '.join(ROLLUP_COLUMNS)}) VALUES ({', '.join('?' * len(ROLLUP_COLUMNS))}) "
+    "ON CONFLICT (key_id, span, period, dims) DO UPDATE SET "
+    + ", ".join(f"{name} = usage_rollup.{name} + excluded.{name}" for name in _ADDED))
 
 
 def rollup_upsert(dialect: str) -> Any:
-    """The SQLAlchemy upsert that adds deltas to `usage_daily` on this dialect."""
-    stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(usage_daily)
+    """The SQLAlchemy upsert that adds `rollup_deltas` to `usage_rollup` on this dialect (executemany)."""
+    stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(usage_rollup)
     return stmt.on_conflict_do_update(
-        index_elements=[usage_daily.c.key_id, usage_daily.c.day, usage_daily.c.dims],
-        set_={name: usage_daily.c[name] + stmt.excluded[name] for name in _ADDED})
+        index_elements=[usage_rollup.c.key_id, usage_rollup.c.span, usage_rollup.c.period, usage_rollup.c.dims],
+        set_={name: usage_rollup.c[name] + stmt.excluded[name] for name in _ADDED})
 
 
 # --- reports ---------------------------------------------------------------------------------
@@ -106,6 +105,35 @@ def _midnight(moment: datetime) -> datetime:
     return moment.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+def _ceil_day(moment: datetime) -> datetime:
+    day = _midnight(moment)
+    return day if day == moment else day + timedelta(days=1)
+
+
+def _month_start(day: datetime) -> datetime:
+    return day.replace(day=1)
+
+
+def _next_month(day: datetime) -> datetime:
+    return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
+
+
+def _ranges(start: datetime, end: datetime, months: bool) -> list[tuple[str, datetime, datetime]]:
+    """Split [start, end) into whole months (when `months`), whole days and the ragged ends, as
+    (source, from, to): source `month` or `day` (the rollup) or `rows`."""
+    first_day, last_day = _ceil_day(start), _midnight(end)
+    if first_day >= last_day:
+        return [("rows", start, end)]
+    parts = [("rows", start, first_day), ("rows", last_day, end)]
+    first_month = first_day if first_day.day == 1 else _next_month(first_day)
+    last_month = _month_start(last_day)
+    if months and first_month < last_month:
+        parts += [("month", first_month, last_month), ("day", first_day, first_month), ("day", last_month, last_day)]
+    else:
+        parts.append(("day", first_day, last_day))
+    return [(source, a, b) for source, a, b in parts if a < b]
+
+
 class UsageRepository:
     """Reads usage rows and summaries for a set of charged keys."""
 
@@ -122,22 +150,16 @@ class UsageRepository:
             return select(members.c.value).where(members.c.key == tag).scalar_subquery()
         return func.json_extract(column, f'$."{tag}"')
 
-    def _day(self, table: Any) -> ColumnElement[Any]:
-        if table is usage_daily:
-            return usage_daily.c.day
-        if self._pg:
-            return func.to_char(usage_rows.c.created_at, "YYYY-MM-DD")
-        return func.substr(usage_rows.c.created_at, 1, 10)
-
-    def _filters(self, table: Any, query: UsageQuery) -> list[ColumnElement[bool]]:
+    def _filters(self, table: Any, query: UsageQuery, sql_metadata: bool) -> list[ColumnElement[bool]]:
         keys = table.c.key_id == query.key_ids[0] if len(query.key_ids) == 1 else table.c.key_id.in_(query.key_ids)
         clauses: list[ColumnElement[bool]] = [keys]
         for name in ("model", "workspace", "deployment"):
             value = getattr(query, name)
             if value is not None:
                 clauses.append(table.c[name] == value)
-        for tag, value in (query.metadata or {}).items():
-            clauses.append(self._tag(table.c.metadata, tag) == value)
+        if sql_metadata:
+            for tag, value in (query.metadata or {}).items():
+                clauses.append(self._tag(table.c.metadata, tag) == value)
         return clauses
 
     async def page(self, query: UsageQuery, limit: int, offset: int) -> list[dict[str, Any]]:
@@ -145,52 +167,73 @@ class UsageRepository:
         if not query.key_ids:
             return []
         stmt = (select(usage_rows)
-                .where(*self._filters(usage_rows, query), usage_rows.c.created_at >= query.start,
+                .where(*self._filters(usage_rows, query, True), usage_rows.c.created_at >= query.start,
                        usage_rows.c.created_at < query.end)
                 .order_by(usage_rows.c.created_at.desc(), usage_rows.c.id.desc()).limit(limit).offset(offset))
         async with self._engine.connect() as conn:
             return [dict(row) for row in (await conn.execute(stmt)).mappings()]
 
-    def _grouped(self, table: Any, group: str | None, query: UsageQuery,
-                 window: list[ColumnElement[bool]]) -> Select[Any]:
-        requests = func.count() if table is usage_rows else func.sum(usage_daily.c.requests)
-        sums = [requests, *(func.sum(table.c[name]) for name in _SUMS)]
-        if group is None:
-            return select(*sums).where(*self._filters(table, query), *window)
-        if group == "day":
-            key = self._day(table)
-        elif group.startswith("metadata."):
-            key = self._tag(table.c.metadata, group[len("metadata."):])
+    def _grouped(self, source: str, group: str | None, query: UsageQuery, start: datetime,
+                 end: datetime) -> Select[Any]:
+        """Sums over one source and range, grouped by the group's column and, when tags matter, by
+        the metadata text: there are few distinct tag sets, so tags are read once each in Python
+        rather than parsed as JSON for every row."""
+        table: Any = usage_rows if source == "rows" else usage_rollup
+        if source == "rows":
+            window = [usage_rows.c.created_at >= start, usage_rows.c.created_at < end]
+            requests = func.count()
         else:
-            key = table.c[group]
-        return select(key, *sums).where(*self._filters(table, query), *window).group_by(key)
+            width = 10 if source == "day" else 7
+            window = [usage_rollup.c.span == source, usage_rollup.c.period >= start.date().isoformat()[:width],
+                      usage_rollup.c.period < end.date().isoformat()[:width]]
+            requests = func.sum(usage_rollup.c.requests)
+        keys: list[Any] = []
+        if group == "day":
+            if source == "day":
+                keys.append(usage_rollup.c.period)
+            elif self._pg:
+                keys.append(func.to_char(usage_rows.c.created_at, "YYYY-MM-DD"))
+            else:
+                keys.append(func.substr(usage_rows.c.created_at, 1, 10))
+        elif group is not None and not group.startswith("metadata."):
+            keys.append(table.c[group])
+        if query.metadata or (group or "").startswith("metadata."):
+            keys.append(table.c.metadata)
+        sums = [requests, *(func.sum(table.c[name]) for name in _SUMS)]
+        stmt = select(*keys, *sums).where(*self._filters(table, query, False), *window)
+        return stmt.group_by(*keys) if keys else stmt
 
     async def summary(self, query: UsageQuery, group: str | None) -> list[SummaryGroup]:
         """Totals per group (`model`, `workspace`, `deployment`, `key_id`, `user_id`, `day`,
-        `metadata.<tag>`, or None for one total), in no particular order."""
+        `metadata.<tag>`, or None for one total), in no particular order. Whole months and days come
+        from the rollups, the partial first and last day from the rows (user_id: rows only)."""
         if not query.key_ids:
             return []
-        first_day = _midnight(query.start)
-        if first_day < query.start:
-            first_day += timedelta(days=1)
-        last_day = _midnight(query.end)
-        statements: list[Select[Any]] = []
-        raw_ranges = [(query.start, query.end)]
-        if first_day < last_day:  # whole days from the rollup, the ragged ends from the rows
-            statements.append(self._grouped(usage_daily, group, query, [
-                usage_daily.c.day >= first_day.date().isoformat(), usage_daily.c.day < last_day.date().isoformat()]))
-            raw_ranges = [(query.start, first_day), (last_day, query.end)]
-        for start, end in raw_ranges:
-            if start < end:
-                statements.append(self._grouped(usage_rows, group, query, [
-                    usage_rows.c.created_at >= start, usage_rows.c.created_at < end]))
+        if group == "user_id":  # not a rollup dimension
+            parts = [("rows", query.start, query.end)]
+        else:
+            parts = _ranges(query.start, query.end, months=group != "day")
+        tag = group[len("metadata."):] if group and group.startswith("metadata.") else None
+        wanted = list((query.metadata or {}).items())
+        tags_of: dict[str | None, dict[str, Any]] = {}
         groups: dict[str | None, SummaryGroup] = {}
         async with self._engine.connect() as conn:
-            for stmt in statements:
-                for row in (await conn.execute(stmt)).all():
-                    value, sums = (None, row) if group is None else (row[0], row[1:])
+            for source, start, end in parts:
+                for row in (await conn.execute(self._grouped(source, group, query, start, end))).all():
+                    values = list(row)
+                    sums = values[-5:]
                     if not sums[0]:
                         continue  # an aggregate over no rows
+                    value = None if group is None or tag is not None else values[0]
+                    if wanted or tag is not None:
+                        text = values[-6]
+                        tags = tags_of.get(text)
+                        if tags is None:
+                            tags = tags_of[text] = orjson.loads(text) if text else {}
+                        if any(tags.get(k) != v for k, v in wanted):
+                            continue
+                        if tag is not None:
+                            value = tags.get(tag)
                     value = None if value is None else str(value)
                     totals = groups.setdefault(value, SummaryGroup(value))
                     totals.requests += int(sums[0])

@@ -1,7 +1,9 @@
-"""Usage reporting: indexes for /v1/usage pages, the per-day rollup for /v1/usage/summary.
+"""Usage reporting: page indexes for /v1/usage, the daily and monthly rollup for /v1/usage/summary.
 
 Revision ID: 0002
 """
+
+from datetime import datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -13,17 +15,21 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_index("ix_usage_rows_key_model_created", "usage_rows", ["key_id", "model", "created_at"])
-    op.create_index("ix_usage_rows_key_workspace_created", "usage_rows", ["key_id", "workspace", "created_at"])
+    # Pages are read newest first with id breaking ties: PostgreSQL needs id in the index to skip a sort.
+    op.drop_index("ix_usage_rows_key_created", "usage_rows")
+    op.create_index("ix_usage_rows_key_created", "usage_rows", ["key_id", "created_at", "id"])
+    op.create_index("ix_usage_rows_key_model_created", "usage_rows", ["key_id", "model", "created_at", "id"])
+    op.create_index("ix_usage_rows_key_workspace_created", "usage_rows",
+                    ["key_id", "workspace", "created_at", "id"])
     op.create_table(
-        "usage_daily",
+        "usage_rollup",
         sa.Column("key_id", sa.String(32), primary_key=True),
-        sa.Column("day", sa.String(10), primary_key=True),
+        sa.Column("span", sa.String(5), primary_key=True),
+        sa.Column("period", sa.String(10), primary_key=True),
         sa.Column("dims", sa.String(16), primary_key=True),
         sa.Column("model", sa.String(256), nullable=False),
         sa.Column("workspace", sa.String(32), nullable=False),
         sa.Column("deployment", sa.String(256), nullable=False),
-        sa.Column("user_id", sa.String(64), nullable=True),
         sa.Column("metadata", sa.Text, nullable=True),
         sa.Column("requests", sa.BigInteger, nullable=False),
         sa.Column("prompt_tokens", sa.BigInteger, nullable=False),
@@ -32,45 +38,29 @@ def upgrade() -> None:
         sa.Column("cost_usd", sa.Float, nullable=False),
         sqlite_with_rowid=False,
     )
-    # Rows written before this migration: fold them into the rollup once.
-    if op.get_bind().dialect.name == "sqlite":
-        _backfill_sqlite()
-        return
-    day = "to_char(created_at, 'YYYY-MM-DD')"
-    # The same hash as store.usage.dims_hash, so later writes land on these rows.
-    dims = ("substr(md5(concat_ws(chr(31), model, workspace, deployment, coalesce(user_id, chr(1)), "
-            "coalesce(metadata, chr(1)))), 1, 16)")
-    op.execute(f"""
-        INSERT INTO usage_daily (key_id, day, dims, model, workspace, deployment, user_id, metadata, requests,
-                                 prompt_tokens, cached_prompt_tokens, completion_tokens, cost_usd)
-        SELECT key_id, {day}, {dims}, model, workspace, deployment, user_id, metadata, count(*),
-               sum(prompt_tokens), sum(cached_prompt_tokens), sum(completion_tokens), sum(cost_usd)
-        FROM usage_rows GROUP BY key_id, {day}, model, workspace, deployment, user_id, metadata""")
+    _backfill()
 
 
-def _backfill_sqlite() -> None:
-    """SQLite has no md5: hash the groups in Python with the writer's own function."""
-    from inferd.store.usage import dims_hash
+def _backfill() -> None:
+    """Fold rows written before this migration into the rollup, with the writer's own function."""
+    from inferd.store.usage import ROLLUP_COLUMNS, rollup_deltas
 
     bind = op.get_bind()
-    groups = bind.execute(sa.text("""
-        SELECT key_id, substr(created_at, 1, 10), model, workspace, deployment, user_id, metadata, count(*),
-               sum(prompt_tokens), sum(cached_prompt_tokens), sum(completion_tokens), sum(cost_usd)
-        FROM usage_rows GROUP BY 1, 2, 3, 4, 5, 6, 7""")).all()
-    if not groups:
-        return
-    bind.execute(sa.text("""
-        INSERT INTO usage_daily (key_id, day, dims, model, workspace, deployment, user_id, metadata, requests,
-                                 prompt_tokens, cached_prompt_tokens, completion_tokens, cost_usd)
-        VALUES (:key_id, :day, :dims, :model, :workspace, :deployment, :user_id, :metadata, :requests,
-                :prompt_tokens, :cached_prompt_tokens, :completion_tokens, :cost_usd)"""),
-        [{"key_id": g[0], "day": g[1], "dims": dims_hash(g[2], g[3], g[4], g[5], g[6]), "model": g[2],
-          "workspace": g[3], "deployment": g[4], "user_id": g[5], "metadata": g[6], "requests": g[7],
-          "prompt_tokens": g[8], "cached_prompt_tokens": g[9], "completion_tokens": g[10], "cost_usd": g[11]}
-         for g in groups])
+    rows = [dict(r) for r in bind.execute(sa.text(
+        "SELECT key_id, created_at, model, workspace, deployment, metadata, prompt_tokens, cached_prompt_tokens, "
+        "completion_tokens, cost_usd FROM usage_rows")).mappings()]
+    for row in rows:
+        if isinstance(row["created_at"], str):  # SQLite hands back the stored text
+            row["created_at"] = datetime.fromisoformat(row["created_at"])
+    deltas = rollup_deltas(rows)
+    if deltas:
+        bind.execute(sa.text(f"INSERT INTO usage_rollup ({', '.join(ROLLUP_COLUMNS)}) "
+                             f"VALUES ({', '.join(':' + c for c in ROLLUP_COLUMNS)})"), deltas)
 
 
 def downgrade() -> None:
-    op.drop_table("usage_daily")
+    op.drop_table("usage_rollup")
     op.drop_index("ix_usage_rows_key_workspace_created", "usage_rows")
     op.drop_index("ix_usage_rows_key_model_created", "usage_rows")
+    op.drop_index("ix_usage_rows_key_created", "usage_rows")
+    op.create_index("ix_usage_rows_key_created", "usage_rows", ["key_id", "created_at"])
