@@ -23,6 +23,8 @@ from inferd.api import auth as auth_routes
 from inferd.api import conversations as conversation_routes
 from inferd.api import docs as docs_routes
 from inferd.api import images as images_routes
+from inferd.api import sources as sources_routes
+from inferd.api import vectorize as vectorize_routes
 from inferd.api import models as models_routes
 from inferd.api import usage as usage_routes
 from inferd.api.asgi import Receive, Scope, Send
@@ -42,6 +44,7 @@ from inferd.limits.redis import RedisLimits
 from inferd.metering import UsageWriter, load_spend, usage_sink
 from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService
+from inferd.services.sources import attach_sources, start_purge
 from inferd.services.conversations import ConversationService
 from inferd.store.batches import BatchRepository
 from inferd.store.db import create_engine, migrate
@@ -113,7 +116,7 @@ async def build_services(settings: Settings) -> Services:
                     auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue,
                     chat=ChatService(catalogue, writer),
                     exchange=build_exchange(Authenticator(keys), keys, users, config.idp, settings.config_path),
-                    conversations=ConversationService(ConversationRepository(db), users),
+                    conversations=attach_sources(ConversationService(ConversationRepository(db), users), db),
                     batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches))
 
 
@@ -184,6 +187,8 @@ class InferdApp:
         self.api.include_router(docs_routes.router)
         self.api.include_router(auth_routes.router)
         self.api.include_router(conversation_routes.router)
+        self.api.include_router(sources_routes.router)
+        self.api.include_router(vectorize_routes.router)
 
     @asynccontextmanager
     async def _lifespan(self, api: FastAPI) -> AsyncIterator[None]:
@@ -198,10 +203,12 @@ class InferdApp:
         batch_worker = worker_for(services) if self.settings.batch_worker else None
         if batch_worker is not None:
             batch_worker.start()
+        purge = start_purge(services)
         try:
             yield
         finally:
             self._hot = {}
+            await purge.close()
             if batch_worker is not None:
                 await batch_worker.stop()
             await services.close()

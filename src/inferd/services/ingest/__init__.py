@@ -1,0 +1,1 @@
+"""File ingestion for conversations: extract text, chunk it, embed the chunks, store the vectors."""

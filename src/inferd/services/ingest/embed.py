@@ -1,0 +1,101 @@
+"""Chunks to unit vectors through the catalogue's embeddings deployment (in-process, never over our
+own HTTP API). Any engine failure becomes 503: the embedding service is unreachable."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from inferd.catalogue import Deployment, ModelCatalogue
+from inferd.engines.base import EmbeddingEngine
+from inferd.errors import InferdError, NotFound, ServiceUnavailable
+from inferd.store.keys import KeyRecord
+
+BATCH_TEXTS = 64  # texts per engine call: the built-in engine's own batch size
+CONCURRENCY = 2  # engine calls in flight: HTTP upstreams overlap them, in-process engines queue them
+
+
+@dataclass
+class Embedded:
+    """Row-normalised float32 vectors, one per text, and the prompt tokens the engine reported."""
+
+    vectors: np.ndarray
+    prompt_tokens: int
+
+
+class EmbeddingFailed(ServiceUnavailable):
+    """The embedding engine could not be reached or answered badly; `status` is what it reported."""
+
+    code = "embedding_unavailable"
+
+    def __init__(self, message: str, engine_status: int) -> None:
+        super().__init__(message)
+        self.engine_status = engine_status
+        self.prompt_tokens = 0
+
+
+def embedding_deployment(catalogue: ModelCatalogue, model: str, key: KeyRecord) -> Deployment:
+    """The configured embeddings model; 503 when it is not in the catalogue or is down for maintenance."""
+    try:
+        deployment = catalogue.resolve(model, key)
+    except NotFound:
+        raise ServiceUnavailable(f"The embedding model '{model}' is not configured",
+                                 code="embedding_unavailable") from None
+    except ServiceUnavailable as exc:
+        raise ServiceUnavailable(exc.message, code="embedding_unavailable") from None
+    if deployment.config.type != "embeddings":
+        raise ServiceUnavailable(f"'{model}' is a {deployment.config.type} model, not an embeddings model",
+                                 code="embedding_unavailable")
+    return deployment
+
+
+def _vectors(reply: dict[str, Any], count: int) -> np.ndarray:
+    items = reply.get("data")
+    if not isinstance(items, list) or len(items) != count:
+        raise ValueError(f"expected {count} embeddings, got {len(items) if isinstance(items, list) else 'none'}")
+    ordered = sorted(items, key=lambda item: int(item.get("index", 0)))
+    matrix = np.asarray([item["embedding"] for item in ordered], dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape[1] == 0 or not np.isfinite(matrix).all():
+        raise ValueError("embeddings are not a matrix of finite numbers")
+    return matrix
+
+
+def normalise_rows(matrix: np.ndarray) -> np.ndarray:
+    """Each row scaled to unit length, so a dot product is the cosine."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return (matrix / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+async def embed_texts(deployment: Deployment, texts: list[str]) -> Embedded:
+    """Embed `texts` in batches; EmbeddingFailed (503) when the engine fails."""
+    engine = cast(EmbeddingEngine, deployment.engine)
+    model_name = deployment.config.upstream_model or deployment.id
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def batch(piece: list[str]) -> tuple[np.ndarray, int]:
+        async with gate:
+            try:
+                reply = await engine.embed({"model": model_name, "input": piece, "encoding_format": "float"})
+                usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+                return _vectors(reply, len(piece)), int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
+            except InferdError as exc:
+                raise EmbeddingFailed(f"The embedding service is unreachable: {exc.message}", exc.status) from None
+            except (ValueError, KeyError, TypeError) as exc:
+                raise EmbeddingFailed(f"The embedding service answered badly: {exc}", 502) from None
+
+    pieces = [texts[i:i + BATCH_TEXTS] for i in range(0, len(texts), BATCH_TEXTS)]
+    tasks = [asyncio.ensure_future(batch(piece)) for piece in pieces]
+    try:
+        results = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    matrix = np.concatenate([vectors for vectors, _ in results]) if results else np.zeros((0, 0), np.float32)
+    if results and len({vectors.shape[1] for vectors, _ in results}) != 1:
+        raise EmbeddingFailed("The embedding service answered vectors of different sizes", 502)
+    return Embedded(normalise_rows(matrix) if len(matrix) else matrix, sum(tokens for _, tokens in results))

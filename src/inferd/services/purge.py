@@ -1,0 +1,65 @@
+"""The ephemeral purge: conversations created with `ephemeral=true` are deleted, with their
+messages, participants, source links and vectors, once older than `[conversations]
+ephemeral_ttl_seconds`. Runs in every server; checks at least every min(60, ttl / 5) seconds
+(CONTRACT.md); a delete that finds nothing left to delete is harmless, so replicas may race."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+from typing import Awaitable, Callable
+
+from inferd.store.db import utcnow
+
+log = logging.getLogger("inferd.purge")
+
+DEFAULT_TTL_SECONDS = 86400.0
+
+# Deletes the ephemeral conversations created before a moment, returns their ids
+# (store/conversations.py `ConversationRepository.delete_older_ephemeral`, whose delete hooks
+# remove the sources' links and vectors).
+DeleteOlder = Callable[[datetime], Awaitable[list[int]]]
+
+
+def check_interval(ttl_seconds: float) -> float:
+    """How often the job looks: min(60, ttl / 5), never busier than 20 times a second."""
+    return max(0.05, min(60.0, ttl_seconds / 5))
+
+
+class EphemeralPurge:
+    """The background task that purges expired ephemeral conversations on a schedule."""
+
+    def __init__(self, delete_older: DeleteOlder, ttl_seconds: float) -> None:
+        self._delete_older = delete_older
+        self._ttl = ttl_seconds
+        self._task: asyncio.Task[None] | None = None
+
+    async def run_once(self) -> list[int]:
+        """Purge what has expired now; returns the ids deleted."""
+        return await self._delete_older(utcnow() - timedelta(seconds=self._ttl))
+
+    def start(self) -> None:
+        """Start checking, on the running loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ephemeral-purge")
+
+    async def _run(self) -> None:
+        interval = check_interval(self._ttl)
+        while True:
+            try:
+                purged = await self.run_once()
+                if purged:
+                    log.info("purged %d ephemeral conversations", len(purged))
+            except Exception:  # a failed pass (a database restarting) must not end the job
+                log.exception("ephemeral purge failed; retrying in %.1f s", interval)
+            await asyncio.sleep(interval)
+
+    async def close(self) -> None:
+        """Stop the task."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
