@@ -1,14 +1,17 @@
-"""Fixtures of the client tests: the scripted fake server, and inferd_client pointed at the real one."""
+"""Fixtures of the client tests: the scripted fake server, inferd_client pointed at the real server,
+and a server running the batch worker for the batch helpers and `inferd batch`."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Iterator
 
 import pytest
 
 from inferd_client import Client, RetryPolicy
 from tests.client.scripted import ScriptedServer, iter_server
-from tests.harness import Server
+from tests.harness import Backend, Server, Upstream, pg_create_database, pg_drop_database, write_config
 
 
 @pytest.fixture(scope="module")
@@ -27,4 +30,64 @@ def sleeps() -> list[float]:
 def client(server: Server, app_key: str) -> Iterator[Client]:
     """inferd_client on the real server with a fresh application key (retries do not really sleep)."""
     with Client(server.base_url, app_key, timeout=30, retry=RetryPolicy(sleep=lambda s: None)) as c:
+        yield c
+
+
+BATCH_TOML = """
+[batches]
+window_seconds = 600
+retention_seconds = 600
+max_concurrency = 4
+
+[[models]]
+id = "mock-chat"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-slow"
+base_url = "{upstream}/v1"
+upstream_model = "mock-sleep-2"
+timeout_s = 10
+
+[[models]]
+id = "mock-err400"
+base_url = "{upstream}/v1"
+upstream_model = "mock-error-400"
+"""
+
+
+@pytest.fixture(scope="module")
+def batch_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
+    """`inferd serve` with its batch worker, on a database of its own (no other worker sees its batches)."""
+    folder = tmp_path_factory.mktemp("client-batch")
+    config = write_config(folder / "inferd.toml", BATCH_TOML, upstream)
+    url = os.environ.get("INFERD_DATABASE_URL")
+    prefix = f"inferd:test:{uuid.uuid4().hex[:8]}:"
+    pg_name = f"inferd_client_{uuid.uuid4().hex[:10]}" if url and url.startswith("postgres") else None
+    if url and pg_name:
+        backend = Backend(pg_create_database(url, pg_name), os.environ.get("INFERD_REDIS_URL") or None, prefix)
+    else:
+        backend = Backend(f"sqlite:///{folder / 'inferd.db'}", os.environ.get("INFERD_REDIS_URL") or None, prefix)
+    (folder / "data").mkdir()
+    srv = Server.start(folder / "data", backend, config, batch_worker=True)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        if url and pg_name:
+            pg_drop_database(url, pg_name)
+
+
+@pytest.fixture()
+def batch_key(batch_server: Server) -> str:
+    """A fresh application key (in a fresh org) on the batch server."""
+    return batch_server.create_key()
+
+
+@pytest.fixture()
+def batch_client(batch_server: Server, batch_key: str) -> Iterator[Client]:
+    """inferd_client on the batch server."""
+    with Client(batch_server.base_url, batch_key, timeout=30, retry=RetryPolicy(sleep=lambda s: None)) as c:
         yield c
