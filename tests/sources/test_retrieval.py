@@ -1,0 +1,113 @@
+"""services/retrieval.py `search_sources`: files uploaded through the running server, searched with
+the project's own services built in this process on the same database and configuration (the
+generate stream calls it this way): cosine ranking, active sources only, per conversation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.harness import Server
+from tests.sources.conftest import User, new_user, upload
+
+DOCUMENTS = {
+    "geography.txt": "Zorbania is a small island nation. The capital city of Zorbania is Quillton, a harbour town "
+                     "known for its lighthouse.",
+    "cooking.md": "# Bread\n\nTo bake sourdough bread you need flour, water, salt and a lively starter. Knead, "
+                  "let the dough rise overnight, then bake in a hot oven.",
+    "sport.html": "<html><body><p>The cricket team won the final match by six wickets after a long "
+                  "afternoon of batting.</p></body></html>",
+}
+
+
+class Searcher:
+    """The project's services built once in this process (own event loop), for `search_sources`."""
+
+    def __init__(self, server: Server) -> None:
+        from inferd.app import build_services
+        from inferd.config import Settings
+
+        self.loop = asyncio.new_event_loop()
+        settings = Settings.from_env(server.env, config_path=str(server.config), data_dir=str(server.data_dir))
+        self.services = self.loop.run_until_complete(build_services(settings))
+
+    def search(self, user: User, conversation_id: int, query: str, top_k: int = 3) -> list[dict[str, Any]]:
+        """search_sources with the user's key record."""
+        from inferd.services.retrieval import search_sources
+
+        async def go() -> list[dict[str, Any]]:
+            key = await self.services.keys.lookup(user.key.split(":")[0])
+            assert key is not None
+            return await search_sources(self.services, key, conversation_id, query, top_k)
+
+        return self.loop.run_until_complete(go())
+
+    def close(self) -> None:
+        """Close the services and the loop."""
+        self.loop.run_until_complete(self.services.close())
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def searcher(sources_server: Server) -> Iterator[Searcher]:
+    """Services on the sources server's database and configuration."""
+    built = Searcher(sources_server)
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+def test_search_ranks_the_answering_passage_first_and_respects_switches(sources_server: Server, alice: User,
+                                                                         searcher: Searcher) -> None:
+    conversation_id = 0
+    ids = {}
+    for name, text in DOCUMENTS.items():
+        created = upload(alice, name, text.encode(), conversation_id=conversation_id).json()
+        conversation_id = created["conversation_id"]
+        ids[name] = created["source"]["id"]
+    rows_before = len(sources_server.usage_rows(alice.app_key))
+    hits = searcher.search(alice, conversation_id, "What is the capital of Zorbania?")
+    assert [hit["source_name"] for hit in hits][0] == "geography.txt"
+    assert "Quillton" in hits[0]["text"] and len(hits) == 3
+    assert hits[0]["score"] > hits[1]["score"] >= hits[2]["score"]
+    assert set(hits[0]) == {"source_id", "source_name", "chunk_id", "ordinal", "text", "score"}
+    assert searcher.search(alice, conversation_id, "how long should dough rise", top_k=1)[0][
+        "source_name"] == "cooking.md"
+    rows = sources_server.usage_rows(alice.app_key)[rows_before:]
+    assert [(r["workspace"], r["status_code"]) for r in rows] == [("conversations", 200)] * 2  # queries billed
+    # A source switched off is never searched.
+    httpx.patch(f"{sources_server.v1}/sources/{ids['geography.txt']}", headers=alice.headers,
+                json={"is_active": False}).raise_for_status()
+    hits = searcher.search(alice, conversation_id, "What is the capital of Zorbania?")
+    assert "geography.txt" not in {hit["source_name"] for hit in hits} and len(hits) == 2
+
+
+def test_search_stays_inside_the_conversation(sources_server: Server, alice: User, searcher: Searcher) -> None:
+    mine = upload(alice, "lighthouse.txt", b"The lighthouse keeper of Quillton is named Ada.").json()
+    bob = new_user(sources_server, alice.app_key)
+    other = upload(bob, "other.txt", b"Nothing about keepers here, only tomatoes and basil.").json()
+    hits = searcher.search(bob, other["conversation_id"], "Who keeps the lighthouse?")
+    assert [hit["source_name"] for hit in hits] == ["other.txt"]
+    empty = upload(alice, "empty-conv.txt", b"placeholder").json()
+    httpx.patch(f"{sources_server.v1}/sources/{empty['source']['id']}", headers=alice.headers,
+                json={"is_active": False}).raise_for_status()
+    rows_before = len(sources_server.usage_rows(alice.app_key))
+    assert searcher.search(alice, empty["conversation_id"], "anything") == []
+    assert len(sources_server.usage_rows(alice.app_key)) == rows_before  # nothing to search, nothing embedded
+    assert searcher.search(alice, mine["conversation_id"], "lighthouse keeper")[0]["text"].endswith("Ada.")
+
+
+def test_rank_orders_by_cosine_and_skips_other_dimensions() -> None:
+    from inferd.services.retrieval import rank
+
+    matrix = np.array([[1, 0, 0], [0.6, 0.8, 0], [0, 1, 0], [1, 0, 0]], dtype=np.float32)
+    ranked = rank(matrix, [3, 3, 3, 2], np.array([1, 0, 0], dtype=np.float32), 3)
+    assert [row for row, _ in ranked] == [0, 1, 2]
+    assert ranked[0][1] == 1.0 and abs(ranked[1][1] - 0.6) < 1e-6
+    assert rank(matrix, [3, 3, 3, 3], np.array([0, 1, 0], dtype=np.float32), 10)[0][0] == 2
+    assert rank(matrix[:0], [], np.array([1, 0, 0], dtype=np.float32), 3) == []
