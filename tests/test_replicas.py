@@ -70,3 +70,37 @@ def test_reply_rows_survive_sigkill(tmp_path: Path, backend: Backend, config_fil
     assert blocking.status_code == 200 and streamed.text.rstrip().endswith("[DONE]")
     rows = server.usage_rows(key)
     assert [r["status_code"] for r in rows] == [200, 200]
+
+
+def test_postgres_and_redis_replicas_act_as_one(backend: Backend, request: pytest.FixtureRequest) -> None:
+    """The deployment the issue names: two `inferd serve` on one PostgreSQL and one Redis."""
+    if not backend.database_url.startswith("postgresql") or not backend.redis_url:
+        pytest.skip("needs INFERD_DATABASE_URL on PostgreSQL and INFERD_REDIS_URL")
+    replicas: list[Server] = request.getfixturevalue("replicas")
+    limit = 7
+    limited = replicas[0].create_key(rpm=limit)
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            return list(await asyncio.gather(*[
+                client.post(replicas[i % 2].v1 + "/chat/completions", headers=auth(limited), json=BODY)
+                for i in range(3 * limit)]))
+
+    answers = asyncio.run(burst())
+    assert [r.status_code for r in answers].count(200) == limit
+    refused = [r for r in answers if r.status_code != 200]
+    assert len(refused) == 2 * limit and all(r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+                                             for r in refused)
+    assert len(replicas[1].usage_rows(limited)) == limit  # one row per admitted call, whichever replica
+
+    # usage rows written by both replicas appear in one report, on either replica
+    key = replicas[0].create_key()
+    for i in range(6):
+        httpx.post(replicas[i % 2].v1 + "/chat/completions", headers=auth(key),
+                   json={**BODY, "metadata": {"replica": str(i % 2)}}).raise_for_status()
+    for replica in replicas:
+        page = httpx.get(replica.v1 + "/usage", headers=auth(key)).json()
+        assert len(page["data"]) == 6
+        totals = httpx.get(replica.v1 + "/usage/summary", headers=auth(key),
+                           params={"group_by": "metadata.replica"}).json()["data"]
+        assert {g["group_value"]: g["requests"] for g in totals} == {"0": 3, "1": 3}
