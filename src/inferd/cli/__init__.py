@@ -10,7 +10,6 @@ from inferd.cli.keys import keys
 from inferd.cli.orgs import orgs
 from inferd.cli.serve import serve
 from inferd.cli.usage import usage
-from inferd.cli.usage import usage
 
 
 @click.group()
@@ -23,5 +22,4 @@ main.add_command(orgs)
 main.add_command(keys)
 main.add_command(batch_worker)
 main.add_command(batch)
-main.add_command(usage)
 main.add_command(usage)
