@@ -27,7 +27,7 @@ from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.keys import KeyRecord
 from inferd.store.tables import key_spend, usage_rows
-from inferd.store.usage import ROLLUP_COLUMNS, SQLITE_ROLLUP_UPSERT, rollup_deltas, rollup_upsert
+from inferd.store.usage import SQLITE_ROLLUP_UPSERT, rollup_deltas, rollup_upsert, rollup_values
 
 log = logging.getLogger("inferd.metering")
 
@@ -126,7 +126,7 @@ class SqliteSink:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(_SQLITE_INSERT, values)
-            conn.executemany(SQLITE_ROLLUP_UPSERT, [tuple(d[c] for c in ROLLUP_COLUMNS) for d in rollup_deltas(rows)])
+            conn.executemany(SQLITE_ROLLUP_UPSERT, rollup_values(rows))
             if amounts:
                 conn.executemany(_SQLITE_UPSERT, [(k, m, c) for (k, m), c in amounts.items()])
             conn.execute("COMMIT")

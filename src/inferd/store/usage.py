@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
@@ -27,6 +28,7 @@ _NONE = "\x01"  # stands for NULL in the hash (PostgreSQL text cannot hold NUL)
 _SUMS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_usd")
 
 
+@lru_cache(maxsize=4096)  # a key sees few distinct combinations; the hot path skips the hashing
 def dims_hash(model: str, workspace: str, deployment: str, metadata: str | None) -> str:
     """The rollups' short key for one combination of grouping values."""
     joined = _SEP.join((model, workspace, deployment, _NONE if metadata is None else metadata))
@@ -52,6 +54,19 @@ def rollup_deltas(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 for name in _SUMS:
                     delta[name] += row[name]
     return [deltas[slot] for slot in sorted(deltas)]
+
+
+def rollup_values(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """`rollup_deltas` as parameter tuples in ROLLUP_COLUMNS order; a lone row (the common commit
+    when traffic is light) takes a short path."""
+    if len(rows) != 1:
+        return [tuple(delta[name] for name in ROLLUP_COLUMNS) for delta in rollup_deltas(rows)]
+    row = rows[0]
+    day = row["created_at"].date().isoformat()
+    values = (dims_hash(row["model"], row["workspace"], row["deployment"], row["metadata"]), row["model"],
+              row["workspace"], row["deployment"], row["metadata"], 1, row["prompt_tokens"],
+              row["cached_prompt_tokens"], row["completion_tokens"], row["cost_usd"])
+    return [(row["key_id"], "day", day, *values), (row["key_id"], "month", day[:7], *values)]
 
 
 _ADDED = ("requests", *_SUMS)
