@@ -66,6 +66,8 @@ class LineRunner:
         self._limits = limits
         self._config = config
         self._paces: dict[str, asyncio.Semaphore] = {}
+        # Cost of lines finished but not yet committed, per charged key: the budget counts it.
+        self.unrecorded: dict[str, float] = {}
         self.retry_base = RETRY_BASE_SECONDS
 
     def _pace(self, deployment: str) -> asyncio.Semaphore:
@@ -74,8 +76,18 @@ class LineRunner:
             pace = self._paces[deployment] = asyncio.Semaphore(self._config.max_concurrency)
         return pace
 
+    def settle(self, results: list[LineResult]) -> None:
+        """These results are committed (or dropped): their cost now counts through the spend counter."""
+        for result in results:
+            row = result.usage_row
+            if row is not None and row["cost_usd"]:
+                self.unrecorded[row["key_id"]] = self.unrecorded.get(row["key_id"], 0.0) - row["cost_usd"]
+
     async def _budget_left(self, key: KeyRecord) -> None:
-        if key.budget_usd is not None and await self._limits.spend.current(key.charged_key_id) >= key.budget_usd:
+        if key.budget_usd is None:
+            return
+        spent = await self._limits.spend.current(key.charged_key_id) + self.unrecorded.get(key.charged_key_id, 0.0)
+        if spent >= key.budget_usd:
             raise BudgetExceeded(f"Monthly budget of {key.budget_usd} USD reached for key {key.charged_key_id}")
 
     async def run(self, line_no: int, custom_id: str, body_text: str, key: KeyRecord | None,
@@ -99,6 +111,7 @@ class LineRunner:
                 await self._chat.fit_context(call)
                 reply = await self._attempts(call, usages)
         except InferdError as exc:
+            self._unrecorded_cost(usages)
             usage = usages[-1].row() if usages else None  # a failed call that reached the engine is billed
             return LineResult(line_no, "failed", error_line(custom_id, exc.code if isinstance(exc.code, str)
                                                             else str(exc.code), _relayed_message(exc), exc.status),
@@ -106,9 +119,15 @@ class LineRunner:
         except (orjson.JSONDecodeError, AttributeError, TypeError) as exc:
             error = InvalidRequest(f"The line's body is not a chat-completion request: {exc}")
             return LineResult(line_no, "failed", error_line(custom_id, error.code, error.message, 400), None)
+        self._unrecorded_cost(usages)
         response = {"status_code": 200, "request_id": "req_" + secrets.token_hex(12), "body": reply}
         line = orjson.dumps({"id": new_request_id(), "custom_id": custom_id, "response": response, "error": None})
         return LineResult(line_no, "succeeded", line, usages[-1].row() if usages else None)
+
+    def _unrecorded_cost(self, usages: list[Usage]) -> None:
+        if usages and usages[-1].cost_usd:
+            key_id = usages[-1].key_id
+            self.unrecorded[key_id] = self.unrecorded.get(key_id, 0.0) + usages[-1].cost_usd
 
     async def _attempts(self, call: Any, usages: list[Usage]) -> dict[str, Any]:
         for attempt in range(RETRIES + 1):

@@ -81,6 +81,7 @@ class _BatchRun:
         try:
             amounts = await worker.service.repo.record(self.id, worker.owner, LEASE_SECONDS, batch)
         except LeaseLost:
+            worker.lines.settle(batch)
             self.lose()
             raise
         except BaseException:
@@ -92,6 +93,7 @@ class _BatchRun:
                 await worker.limits.spend.add(amounts)
             except Exception as exc:  # the rows are safe; counters reseed from the database
                 log.warning("spend counter update failed: %s", exc)
+        worker.lines.settle(batch)
 
     async def flusher(self) -> None:
         """Group-commit results as they come."""
