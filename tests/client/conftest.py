@@ -33,7 +33,19 @@ def client(server: Server, app_key: str) -> Iterator[Client]:
         yield c
 
 
+IDP_SECRET = "client-test-hs256-secret-" + "0123456789abcdef" * 4
+IDP_ISSUER, IDP_AUDIENCE = "https://idp.client.test", "inferd"
+
 BATCH_TOML = """
+[idp]
+issuer = "https://idp.client.test"
+audience = "inferd"
+hs256_secret = "@SECRET@"
+
+[conversations]
+embedding_model = "mock-embed"
+default_chat_model = "mock-chat"
+
 [batches]
 window_seconds = 600
 retention_seconds = 600
@@ -55,14 +67,21 @@ timeout_s = 10
 id = "mock-err400"
 base_url = "{upstream}/v1"
 upstream_model = "mock-error-400"
+
+[[models]]
+id = "mock-embed"
+type = "embeddings"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
 """
 
 
 @pytest.fixture(scope="module")
 def batch_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
-    """`inferd serve` with its batch worker, on a database of its own (no other worker sees its batches)."""
+    """`inferd serve` with its batch worker, on a database of its own (no other worker sees its batches),
+    verifying HS256 idp tokens and serving conversations: the server of the extension routes' tests."""
     folder = tmp_path_factory.mktemp("client-batch")
-    config = write_config(folder / "inferd.toml", BATCH_TOML, upstream)
+    config = write_config(folder / "inferd.toml", BATCH_TOML.replace("@SECRET@", IDP_SECRET), upstream)
     url = os.environ.get("INFERD_DATABASE_URL")
     prefix = f"inferd:test:{uuid.uuid4().hex[:8]}:"
     pg_name = f"inferd_client_{uuid.uuid4().hex[:10]}" if url and url.startswith("postgres") else None
