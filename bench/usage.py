@@ -90,7 +90,7 @@ def generate(key_id: str, rows: int, end: datetime, seed: int = 7) -> Iterator[l
 
 
 def add_to_rollup(rollup: dict[tuple[str, str, str, str], list[Any]], chunk: list[tuple[Any, ...]]) -> None:
-    """Fold rows into day and month groups keyed as the writer keys them (`rollup_deltas`)."""
+    """Fold rows into hour, day and month groups keyed as the writer keys them (`rollup_deltas`)."""
     hashes: dict[tuple[Any, ...], str] = {}
     for (_, deployment, key_id, _, _, model, workspace, prompt, completion, cached, _, _, cost, created,
          metadata) in chunk:
@@ -98,8 +98,8 @@ def add_to_rollup(rollup: dict[tuple[str, str, str, str], list[Any]], chunk: lis
         dims = hashes.get(dims_key)
         if dims is None:
             dims = hashes[dims_key] = dims_hash(*dims_key)
-        day = created.date().isoformat()
-        for slot in ((key_id, "day", day, dims), (key_id, "month", day[:7], dims)):
+        hour = f"{created.year:04d}-{created.month:02d}-{created.day:02d}T{created.hour:02d}"
+        for slot in ((key_id, "day", hour[:10], dims), (key_id, "hour", hour, dims), (key_id, "month", hour[:7], dims)):
             group = rollup.get(slot)
             if group is None:
                 rollup[slot] = [*slot, model, workspace, deployment, metadata, 1, prompt, cached, completion, cost]

@@ -177,3 +177,32 @@ def test_keys_allowed_on_usage(server: Server, app_key: str, chat: Any) -> None:
                       json={"model": "mock-chat", "messages": [{"role": "user", "content": "x"}]}).status_code == 402
     ok(get(server, broke))
     ok(get(server, broke, "/usage/summary", group_by="model"))
+
+
+def test_deep_pages_with_metadata_or_deployment_filters(server: Server, app_key: str) -> None:
+    # over a thousand matching rows across days: deep offsets skip whole days by their rollup counts
+    base = datetime(2025, 9, 1, 6, 45)
+    rows = [usage_row(app_key, base + timedelta(minutes=17 * i), prompt=i,
+                      metadata={"feature": ("agent", "search", "agent")[i % 3]} if i % 5 else None,
+                      deployment=("dep-a", "dep-b")[i % 2]) for i in range(3000)]
+    store_rows(server, rows)
+    window = {"from_": "2025-09-01T12:00:00Z", "to": "2025-09-30T13:30:00Z"}
+    start, end = datetime(2025, 9, 1, 12), datetime(2025, 9, 30, 13, 30)
+    inside = [r for r in reversed(rows) if start <= r["created_at"] < end]
+
+    def expected(keep: Any, offset: int, limit: int) -> list[int]:
+        return [r["prompt_tokens"] for r in inside if keep(r)][offset:offset + limit]
+
+    agent = [r for r in inside if r["metadata"] and "agent" in r["metadata"]]
+    assert len(agent) > 1100
+    for offset in (0, 999, 1000, 1001, len(agent) - 3, len(agent), len(agent) + 50):
+        page = ok(get(server, app_key, metadata={"feature": "agent"}, offset=offset, limit=7, **window))
+        assert [r["prompt_tokens"] for r in page["data"]] == expected(
+            lambda r: r["metadata"] and "agent" in r["metadata"], offset, 7), offset
+    for offset in (1000, 1234, 1400):
+        page = ok(get(server, app_key, deployment="dep-b", offset=offset, limit=50, **window))
+        assert [r["prompt_tokens"] for r in page["data"]] == expected(lambda r: r["deployment"] == "dep-b", offset, 50)
+        both = ok(get(server, app_key, deployment="dep-b", metadata={"feature": "search"}, offset=offset - 600,
+                      limit=20, **window))
+        assert [r["prompt_tokens"] for r in both["data"]] == expected(
+            lambda r: r["deployment"] == "dep-b" and r["metadata"] and "search" in r["metadata"], offset - 600, 20)

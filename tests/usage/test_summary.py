@@ -101,8 +101,16 @@ def test_summary_matches_the_rows_over_a_long_window(server: Server, app_key: st
                       cost=0.001 * (i % 5), metadata={"env": ("prod", "dev")[i % 2]} if i % 4 else None,
                       user_id=None if i % 3 else "42") for i in range(240)]
     store_rows(server, rows)
-    window = {"from_": "2024-01-03T05:00:00Z", "to": "2024-12-30T17:45:00Z"}
-    start, end = datetime(2024, 1, 3, 5), datetime(2024, 12, 30, 17, 45)
+    # windows cut at months, days, hours and minutes: every rollup span and the raw ends
+    for start, end in ((datetime(2024, 1, 3, 5), datetime(2024, 12, 30, 17, 45)),
+                       (datetime(2024, 3, 5, 5, 17), datetime(2024, 3, 9, 11, 59, 30)),
+                       (datetime(2024, 3, 5, 5, 17), datetime(2024, 3, 5, 23)),
+                       (datetime(2024, 2, 1), datetime(2024, 5, 1))):
+        _check_window(server, app_key, rows, start, end)
+
+
+def _check_window(server: Server, key: str, rows: list[dict[str, Any]], start: datetime, end: datetime) -> None:
+    window = {"from_": start.isoformat() + "Z", "to": end.isoformat() + "Z"}
     inside = [r for r in rows if start <= r["created_at"] < end]
     for group_by, value in (("model", lambda r: r["model"]), ("workspace", lambda r: r["workspace"]),
                             ("day", lambda r: r["created_at"].date().isoformat()),
@@ -113,8 +121,9 @@ def test_summary_matches_the_rows_over_a_long_window(server: Server, app_key: st
             totals[0] += 1
             totals[1] += r["prompt_tokens"]
             totals[2] += r["completion_tokens"]
-        got = by_value(summary(server, app_key, group_by, limit=1000, **window))
-        assert {k: [v["requests"], v["prompt_tokens"], v["completion_tokens"]] for k, v in got.items()} == expected
+        got = by_value(summary(server, key, group_by, limit=1000, **window))
+        assert {k: [v["requests"], v["prompt_tokens"], v["completion_tokens"]] for k, v in got.items()} == expected, (
+            start, end, group_by)
 
 
 def test_group_by_metadata_tag_has_a_null_bucket(server: Server, app_key: str, chat: Any) -> None:

@@ -121,7 +121,7 @@ conversation_messages = Table(
     Column("active", Boolean, nullable=False, default=True),
     Column("created_at", DateTime(), nullable=False),
     Index("ix_conversation_messages_conv_active_id", "conversation_id", "active", "id"),
-    Index("ix_conversation_messages_parent", "parent_message_id"),
+    Index("ix_conversation_messages_parent", "conversation_id", "parent_message_id"),
 )
 
 conversation_participants = Table(
@@ -244,15 +244,15 @@ Index("ix_usage_rows_key_workspace_created", usage_rows.c.key_id, usage_rows.c.w
       usage_rows.c.id)
 
 
-# Per charged key, per UTC day and per UTC month, one row per distinct (model, workspace, deployment,
+# Per charged key, per UTC hour, day and month, one row per distinct (model, workspace, deployment,
 # metadata), kept by the usage writer in its own transaction, so summaries over long windows read
 # groups, not calls. `dims` is a short hash of those four values (they can be long, and NULLs
 # defeat ON CONFLICT).
 usage_rollup = Table(
     "usage_rollup", metadata,
     Column("key_id", String(32), primary_key=True),
-    Column("span", String(5), primary_key=True),  # day | month
-    Column("period", String(10), primary_key=True),  # YYYY-MM-DD or YYYY-MM (UTC)
+    Column("span", String(5), primary_key=True),  # hour | day | month
+    Column("period", String(13), primary_key=True),  # YYYY-MM-DDTHH, YYYY-MM-DD or YYYY-MM (UTC)
     Column("dims", String(16), primary_key=True),
     Column("model", String(256), nullable=False),
     Column("workspace", String(32), nullable=False),

@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import cast
 
 from inferd.store.tables import api_keys, orgs, usage_rollup, usage_rows
@@ -35,14 +35,24 @@ def dims_hash(model: str, workspace: str, deployment: str, metadata: str | None)
     return hashlib.md5(joined.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
+def _hour_period(moment: datetime) -> str:
+    """YYYY-MM-DDTHH: an hour's period; its first 10 and 7 characters name its day and month."""
+    return f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}"
+
+
+def _period(span: str, moment: datetime) -> str:
+    return _hour_period(moment)[:{"hour": 13, "day": 10, "month": 7}[span]]
+
+
 def rollup_deltas(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What a batch of new usage rows adds to `usage_rollup`: one entry per (key, day, dims) and
-    per (key, month, dims), sorted so concurrent writers lock rollup rows in one order (no deadlocks)."""
+    """What a batch of new usage rows adds to `usage_rollup`: one entry per (key, hour, dims), per
+    (key, day, dims) and per (key, month, dims), sorted so concurrent writers lock rollup rows in
+    one order (no deadlocks)."""
     deltas: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for row in rows:
-        day = row["created_at"].date().isoformat()
+        hour = _hour_period(row["created_at"])
         dims = dims_hash(row["model"], row["workspace"], row["deployment"], row["metadata"])
-        for span, period in (("day", day), ("month", day[:7])):
+        for span, period in (("day", hour[:10]), ("hour", hour), ("month", hour[:7])):
             delta = deltas.get((row["key_id"], span, period, dims))
             if delta is None:
                 deltas[(row["key_id"], span, period, dims)] = {
@@ -62,11 +72,12 @@ def rollup_values(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     if len(rows) != 1:
         return [tuple(delta[name] for name in ROLLUP_COLUMNS) for delta in rollup_deltas(rows)]
     row = rows[0]
-    day = row["created_at"].date().isoformat()
+    hour = _hour_period(row["created_at"])
     values = (dims_hash(row["model"], row["workspace"], row["deployment"], row["metadata"]), row["model"],
               row["workspace"], row["deployment"], row["metadata"], 1, row["prompt_tokens"],
               row["cached_prompt_tokens"], row["completion_tokens"], row["cost_usd"])
-    return [(row["key_id"], "day", day, *values), (row["key_id"], "month", day[:7], *values)]
+    return [(row["key_id"], "day", hour[:10], *values), (row["key_id"], "hour", hour, *values),
+            (row["key_id"], "month", hour[:7], *values)]
 
 
 _ADDED = ("requests", *_SUMS)
@@ -114,6 +125,7 @@ class SummaryGroup:
 
 
 SIMPLE_GROUPS = ("model", "workspace", "deployment", "key_id", "user_id")
+SEEK_FROM_OFFSET = 1000  # deep pages with filters no index covers skip whole days by their rollup counts
 
 
 def _midnight(moment: datetime) -> datetime:
@@ -133,19 +145,35 @@ def _next_month(day: datetime) -> datetime:
     return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 
+def _floor_hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _ceil_hour(moment: datetime) -> datetime:
+    hour = _floor_hour(moment)
+    return hour if hour == moment else hour + timedelta(hours=1)
+
+
 def _ranges(start: datetime, end: datetime, months: bool) -> list[tuple[str, datetime, datetime]]:
-    """Split [start, end) into whole months (when `months`), whole days and the ragged ends, as
-    (source, from, to): source `month` or `day` (the rollup) or `rows`."""
-    first_day, last_day = _ceil_day(start), _midnight(end)
-    if first_day >= last_day:
+    """Split [start, end) into the coarsest rollup periods that fit, as (source, from, to): whole
+    months (when `months`), whole days, whole hours (`month`, `day`, `hour`: the rollup) and the
+    ragged minutes at either end (`rows`)."""
+    first_hour, last_hour = _ceil_hour(start), _floor_hour(end)
+    if first_hour >= last_hour:
         return [("rows", start, end)]
-    parts = [("rows", start, first_day), ("rows", last_day, end)]
-    first_month = first_day if first_day.day == 1 else _next_month(first_day)
-    last_month = _month_start(last_day)
-    if months and first_month < last_month:
-        parts += [("month", first_month, last_month), ("day", first_day, first_month), ("day", last_month, last_day)]
+    parts = [("rows", start, first_hour), ("rows", last_hour, end)]
+    first_day, last_day = _ceil_day(first_hour), _midnight(last_hour)
+    if first_day >= last_day:
+        parts.append(("hour", first_hour, last_hour))
     else:
-        parts.append(("day", first_day, last_day))
+        parts += [("hour", first_hour, first_day), ("hour", last_day, last_hour)]
+        first_month = first_day if first_day.day == 1 else _next_month(first_day)
+        last_month = _month_start(last_day)
+        if months and first_month < last_month:
+            parts += [("month", first_month, last_month), ("day", first_day, first_month),
+                      ("day", last_month, last_day)]
+        else:
+            parts.append(("day", first_day, last_day))
     return [(source, a, b) for source, a, b in parts if a < b]
 
 
@@ -181,17 +209,52 @@ class UsageRepository:
         """One page of rows, newest first (ties broken by id, so pages never overlap).
 
         The offset is walked over ids alone, which the page indexes cover (an index-only scan),
-        and only the page's own rows are read whole: skipping 100,000 rows then touches no table."""
+        and only the page's own rows are read whole. Filters no index covers (metadata,
+        deployment) would make a deep offset read every skipped row, so whole days are skipped
+        by their rollup counts first and at most one day is walked."""
         if not query.key_ids:
             return []
         newest_first = (usage_rows.c.created_at.desc(), usage_rows.c.id.desc())
-        ids = (select(usage_rows.c.id)
-               .where(*self._filters(usage_rows, query, True), usage_rows.c.created_at >= query.start,
-                      usage_rows.c.created_at < query.end)
-               .order_by(*newest_first).limit(limit).offset(offset)).subquery()
-        stmt = select(usage_rows).join(ids, usage_rows.c.id == ids.c.id).order_by(*newest_first)
         async with self._engine.connect() as conn:
+            end = query.end
+            if offset >= SEEK_FROM_OFFSET and (query.metadata or query.deployment is not None):
+                end, offset = await self._seek(conn, query, offset)
+            ids = (select(usage_rows.c.id)
+                   .where(*self._filters(usage_rows, query, True), usage_rows.c.created_at >= query.start,
+                          usage_rows.c.created_at < end)
+                   .order_by(*newest_first).limit(limit).offset(offset)).subquery()
+            stmt = select(usage_rows).join(ids, usage_rows.c.id == ids.c.id).order_by(*newest_first)
             return [dict(row) for row in (await conn.execute(stmt)).mappings()]
+
+    async def _seek(self, conn: AsyncConnection, query: UsageQuery, offset: int) -> tuple[datetime, int]:
+        """A window end and a smaller offset that name the same page, found by counting matching
+        rows per whole day in the rollup (newest first) rather than walking them."""
+        first_day, last_day = _ceil_day(query.start), _midnight(query.end)
+        if first_day >= last_day:
+            return query.end, offset
+        tail = await conn.scalar(select(func.count()).select_from(usage_rows).where(
+            *self._filters(usage_rows, query, True), usage_rows.c.created_at >= last_day,
+            usage_rows.c.created_at < query.end))
+        skipped = int(tail or 0)
+        if offset < skipped:
+            return query.end, offset
+        counts: dict[str, int] = {}
+        wanted = list((query.metadata or {}).items())
+        stmt = self._grouped("day", "day", query, first_day, last_day)
+        for row in (await conn.execute(stmt)).all():
+            if wanted:
+                tags = orjson.loads(row[1]) if row[1] else {}
+                if any(tags.get(k) != v for k, v in wanted):
+                    continue
+            counts[row[0]] = counts.get(row[0], 0) + int(row[-5] or 0)
+        day = last_day
+        while day > first_day:
+            count = counts.get((day - timedelta(days=1)).date().isoformat(), 0)
+            if offset < skipped + count:
+                return day, offset - skipped
+            skipped += count
+            day -= timedelta(days=1)
+        return first_day, offset - skipped
 
     def _grouped(self, source: str, group: str | None, query: UsageQuery, start: datetime,
                  end: datetime) -> Select[Any]:
@@ -203,14 +266,15 @@ class UsageRepository:
             window = [usage_rows.c.created_at >= start, usage_rows.c.created_at < end]
             requests = func.count()
         else:
-            width = 10 if source == "day" else 7
-            window = [usage_rollup.c.span == source, usage_rollup.c.period >= start.date().isoformat()[:width],
-                      usage_rollup.c.period < end.date().isoformat()[:width]]
+            window = [usage_rollup.c.span == source, usage_rollup.c.period >= _period(source, start),
+                      usage_rollup.c.period < _period(source, end)]
             requests = func.sum(usage_rollup.c.requests)
         keys: list[Any] = []
         if group == "day":
             if source == "day":
                 keys.append(usage_rollup.c.period)
+            elif source == "hour":
+                keys.append(func.substr(usage_rollup.c.period, 1, 10))
             elif self._pg:
                 keys.append(func.to_char(usage_rows.c.created_at, "YYYY-MM-DD"))
             else:

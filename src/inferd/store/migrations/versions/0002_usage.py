@@ -1,4 +1,4 @@
-"""Usage reporting: page indexes for /v1/usage, the daily and monthly rollup for /v1/usage/summary.
+"""Usage reporting: page indexes for /v1/usage, the hourly, daily and monthly rollup for /v1/usage/summary.
 
 Revision ID: 0002
 """
@@ -25,7 +25,7 @@ def upgrade() -> None:
         "usage_rollup",
         sa.Column("key_id", sa.String(32), primary_key=True),
         sa.Column("span", sa.String(5), primary_key=True),
-        sa.Column("period", sa.String(10), primary_key=True),
+        sa.Column("period", sa.String(13), primary_key=True),
         sa.Column("dims", sa.String(16), primary_key=True),
         sa.Column("model", sa.String(256), nullable=False),
         sa.Column("workspace", sa.String(32), nullable=False),
