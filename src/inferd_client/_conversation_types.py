@@ -161,7 +161,9 @@ class DeleteResult(APIObject):
 class VectorizeResult(APIObject):
     """`POST /v1/conversations/{id}/files/vectorize`: `created` is True on 201, False on a 200 duplicate."""
 
+    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"source": Source}
     success: bool = True
+    source: Source | None = None
     total: dict[str, Any] = dataclasses.field(default_factory=dict)
     created: bool = True
 

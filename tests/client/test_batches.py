@@ -144,10 +144,14 @@ def test_wait_schedule_doubles_from_5_to_30_seconds(batch_client: Client, batch_
     assert waits[:4] == [5.0, 10.0, 20.0, 30.0] and set(waits[3:]) == {30.0}
 
 
-def test_async_batch_flow(batch_server: Server, batch_key: str) -> None:
+def test_async_batch_flow(batch_server: Server, batch_key: str, tmp_path: Path) -> None:
+    source = tmp_path / "a.jsonl"
+    source.write_bytes(jsonl([line("one"), line("two")]))
+
     async def go() -> tuple[Batch, list[str], bytes]:
         async with AsyncClient(batch_server.base_url, batch_key, retry=RetryPolicy()) as client:
-            uploaded = await client.create_file(("a.jsonl", jsonl([line("one"), line("two")])))
+            uploaded = await client.create_file(source)  # a path: opened while sending, then closed
+            assert uploaded.bytes == source.stat().st_size and uploaded.filename == "a.jsonl"
             created = await client.create_batch(uploaded.id)
             done = await client.wait_batch(created.id, poll_interval=0.05, max_interval=0.2, timeout=60)
             listed = [b.id async for b in client.list_batches(limit=100)]

@@ -128,3 +128,24 @@ def test_usage_reports(server: Server) -> None:
             client.usage_summary("colour")
         with pytest.raises(BadRequestError):
             client.usage(metadata="{not json")
+
+
+def test_vectorize_and_sources(batch_server: Server) -> None:
+    org = f"org-{uuid.uuid4().hex[:8]}"
+    with client_for(batch_server, batch_server.create_key(org=org)) as app:
+        user = client_for(batch_server, app.exchange(idp_token=idp_token("carol", "carol@example.com")).bearer)
+    with user:
+        notes = b"Paris is the capital of France. The Seine runs through it.\n" * 20
+        first = user.vectorize(0, ("notes.txt", notes), ephemeral=False)
+        assert first.created and not first.duplicate and first.conversation_id
+        assert first.source is not None and first.source.source_name == "notes.txt" and first.source.is_owner
+        again = user.vectorize(first.conversation_id, ("copy.txt", notes))
+        assert not again.created and again.duplicate and again.conversation_id == first.conversation_id
+        attached = user.conversation_sources(first.conversation_id)
+        assert [s.id for s in attached.body] == [first.source.id] and attached.total == 1
+        assert [s.id for s in user.list_sources().body] == [first.source.id]
+        switched = user.update_source(first.source.id, is_active=False)
+        assert switched.is_active is False
+        assert user.conversation_sources(first.conversation_id).body == []
+        with pytest.raises(BadRequestError):
+            user.vectorize(0, ("old.doc", b"legacy"))
