@@ -39,15 +39,27 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Add bytes; return every event they complete."""
-        self._buffer += chunk
+        buffer = self._buffer + chunk
         events: list[ServerSentEvent] = []
+        start, length = 0, len(buffer)
         while True:
-            line, found = self._next_line()
-            if not found:
-                return events
-            event = self._line(line)
+            # Search for CR only up to the next LF, so a long read of LF-ended lines stays linear.
+            lf = buffer.find(b"\n", start)
+            cr = buffer.find(b"\r", start, lf if lf != -1 else length)
+            if cr == -1:
+                if lf == -1:
+                    break
+                end, start_next = lf, lf + 1
+            elif cr + 1 == length:  # a CR at the very end may be half of a CRLF still in flight
+                break
+            else:
+                end, start_next = cr, cr + 2 if buffer[cr + 1] == 0x0A else cr + 1
+            event = self._line(buffer[start:end])
+            start = start_next
             if event is not None:
                 events.append(event)
+        self._buffer = buffer[start:]
+        return events
 
     def flush(self) -> list[ServerSentEvent]:
         """At end of stream: the last event, when the server closed without a blank line."""
@@ -61,19 +73,6 @@ class SSEDecoder:
         if event is not None:
             events.append(event)
         return events
-
-    def _next_line(self) -> tuple[bytes, bool]:
-        lf, cr = self._buffer.find(b"\n"), self._buffer.find(b"\r")
-        if cr == -1 or (lf != -1 and lf < cr):
-            if lf == -1:
-                return b"", False
-            line, self._buffer = self._buffer[:lf], self._buffer[lf + 1:]
-            return line, True
-        if cr + 1 == len(self._buffer):  # a CR at the very end may be half of a CRLF still in flight
-            return b"", False
-        skip = 2 if self._buffer[cr + 1] == 0x0A else 1
-        line, self._buffer = self._buffer[:cr], self._buffer[cr + skip:]
-        return line, True
 
     def _line(self, raw: bytes) -> ServerSentEvent | None:
         if not raw:
