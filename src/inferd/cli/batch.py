@@ -67,7 +67,12 @@ def submit(file: Path, wait: bool, output_dir: Path, metadata: tuple[str, ...], 
             click.echo(f"batch {created.id} {created.status} (input file {uploaded.id}, {uploaded.bytes} bytes)")
             if not wait:
                 return
-            finished = _follow(client, created.id, poll_interval, max(poll_interval, max_interval))
+            try:
+                finished = _follow(client, created.id, poll_interval, max(poll_interval, max_interval))
+            except KeyboardInterrupt:
+                # Leaving the terminal does not stop the batch: say how to pick it up again.
+                raise click.ClickException(f"stopped following; batch {created.id} keeps running "
+                                           f"(inferd batch get {created.id})") from None
             _download(client, finished, output_dir)
     except InferdClientError as exc:
         raise _fail(exc) from None
