@@ -51,3 +51,30 @@ def test_parent_must_belong_to_the_conversation(make_user: Callable[..., EndUser
     response = alice.post(f"/conversations/{one}/messages", {"message": "x", "parent_message_id": foreign["id"]})
     assert response.status_code == 404 and response.json()["success"] is False
     assert alice.detail(one)["messages"] == []
+
+
+def test_switching_between_nested_branches(make_user: Callable[..., EndUser]) -> None:
+    alice = make_user()
+    cid = alice.create()["id"]
+
+    def visible() -> list[int]:
+        return [m["id"] for m in alice.detail(cid, limit=500)["messages"]]
+
+    root = alice.say(cid, "root")["id"]
+    a1 = alice.say(cid, "a1")["id"]
+    a2 = alice.say(cid, "a2")["id"]
+    a3 = alice.say(cid, "a3")["id"]
+    b2 = alice.say(cid, "b2", parent=a1)["id"]
+    b3 = alice.say(cid, "b3")["id"]
+    assert visible() == [root, a1, b2, b3]
+    c1 = alice.say(cid, "c1", parent=root)["id"]
+    assert visible() == [root, c1]
+    under_a2 = alice.say(cid, "under a2", parent=a2)["id"]
+    assert visible() == [root, a1, a2, under_a2]  # a3 stays a hidden sibling
+    under_b3 = alice.say(cid, "under b3", parent=b3)["id"]
+    assert visible() == [root, a1, b2, b3, under_b3]
+    thread = alice.detail(cid)["messages"]
+    assert thread[1]["sibling_ids"] == [a1, c1] and thread[2]["sibling_ids"] == [a2, b2]
+    under_a3 = alice.say(cid, "under a3", parent=a3)["id"]
+    assert visible() == [root, a1, a2, a3, under_a3]
+    assert alice.get("/conversations").json()["body"][0]["messages"][0]["id"] == under_a3

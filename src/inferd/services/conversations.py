@@ -117,18 +117,16 @@ class ConversationService:
                      limit: int) -> dict[str, Any]:
         """The visible thread of the active branch (one page), participants and sources."""
         found = await self.access(key, conversation_id)
-        page, has_more = await self.store.thread(conversation_id, before_id, from_id, limit)
-        siblings = await self.store.sibling_ids(conversation_id, page)
-        people = await self.store.participants(conversation_id)
+        page = await self.store.page(conversation_id, before_id, from_id, limit)
         sources = (await self.sources.for_conversation(conversation_id, _user_of(key))
                    if self.sources is not None else [])
         row = found.conversation
         return {
             **conversation_out(row, len(sources)),
             "sources": sources,
-            "participants": [participant_out(p) for p in people],
-            "messages": [message_out(m, siblings) for m in page],
-            "has_more": has_more,
+            "participants": [participant_out(p) for p in page.participants],
+            "messages": [message_out(m, page.siblings) for m in page.messages],
+            "has_more": page.has_more,
             "role": found.role,
         }
 

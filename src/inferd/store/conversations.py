@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 import orjson
-from sqlalchemy import and_, delete, func, insert, or_, select, text, update
+from sqlalchemy import and_, delete, func, insert, or_, select, text, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.db import utcnow
@@ -29,13 +29,19 @@ MANAGER_ROLES = ("owner", "admin")
 # the sources module removes its links, vectors and attachments there (its tables point here).
 DeleteHook = Callable[[AsyncConnection, list[int]], Awaitable[None]]
 
-_ACTIVATE_ANCESTORS = text("""
-WITH RECURSIVE path(id, parent_id) AS (
-    SELECT id, parent_message_id FROM conversation_messages WHERE id = :start
+# An equality, not `IS TRUE`: PostgreSQL uses the (conversation_id, active, id) index only for `=`.
+_ACTIVE = messages.c.active == true()
+
+# The parent of a new message and its ancestors up to the first one on the visible path (the
+# fork point): the rows a branch switch must turn on. Usually a handful, never the whole thread.
+_HIDDEN_ANCESTRY = text("""
+WITH RECURSIVE up(id, parent_id, active) AS (
+    SELECT id, parent_message_id, active FROM conversation_messages WHERE id = :start
     UNION ALL
-    SELECT m.id, m.parent_message_id FROM conversation_messages m JOIN path ON m.id = path.parent_id
+    SELECT m.id, m.parent_message_id, m.active FROM conversation_messages m JOIN up ON m.id = up.parent_id
+    WHERE up.active = :off
 )
-UPDATE conversation_messages SET active = :on WHERE id IN (SELECT id FROM path)
+SELECT id, active FROM up
 """)
 
 
@@ -71,6 +77,16 @@ class NewMessage:
     attachments: list[Any] | None = None
     metadata: dict[str, Any] | None = None
     tool_calls: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    """What the detail shows of a conversation's rows."""
+
+    messages: list[dict[str, Any]]
+    has_more: bool
+    siblings: dict[int | None, list[int]]
+    participants: list[dict[str, Any]]
 
 
 class MissingParent(LookupError):
@@ -145,29 +161,44 @@ class ConversationRepository:
         """The newest visible message of each conversation."""
         if not conversation_ids:
             return {}
-        newest = (select(func.max(messages.c.id)).where(messages.c.conversation_id.in_(conversation_ids),
-                                                        messages.c.active.is_(True))
-                  .group_by(messages.c.conversation_id))
+        # One index probe per conversation (its newest active id), not a max() over every row.
+        newest = (select(messages.c.id).where(messages.c.conversation_id == conversations.c.id, _ACTIVE)
+                  .order_by(messages.c.id.desc()).limit(1).correlate(conversations).scalar_subquery())
+        newest_ids = select(newest).select_from(conversations).where(conversations.c.id.in_(conversation_ids))
         query = select(messages.c.id, messages.c.conversation_id, messages.c.message, messages.c.role,
-                       messages.c.created_at).where(messages.c.id.in_(newest))
+                       messages.c.created_at).where(messages.c.id.in_(newest_ids))
         async with self._engine.connect() as conn:
             return {row["conversation_id"]: dict(row) for row in (await conn.execute(query)).mappings()}
 
+    async def page(self, conversation_id: int, before_id: int | None, from_id: int | None,
+                   limit: int) -> Page:
+        """A page of the visible thread with its messages' siblings and the participants, on one connection."""
+        async with self._engine.connect() as conn:
+            rows, has_more = await self._thread(conn, conversation_id, before_id, from_id, limit)
+            siblings = await self._sibling_ids(conn, conversation_id, rows)
+            people = await self._participants(conn, conversation_id)
+        return Page(rows, has_more, siblings, people)
+
     async def thread(self, conversation_id: int, before_id: int | None, from_id: int | None,
                      limit: int) -> tuple[list[dict[str, Any]], bool]:
+        """A page of the visible thread, oldest first, and whether more lie beyond it."""
+        async with self._engine.connect() as conn:
+            return await self._thread(conn, conversation_id, before_id, from_id, limit)
+
+    async def _thread(self, conn: AsyncConnection, conversation_id: int, before_id: int | None,
+                      from_id: int | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """A page of the visible thread, oldest first, and whether more lie beyond it.
 
         Without `from_id` the page is the newest `limit` messages (before `before_id` when given);
         with `from_id` it is the `limit` messages after that id (a client catching up)."""
-        query = select(messages).where(messages.c.conversation_id == conversation_id, messages.c.active.is_(True))
+        query = select(messages).where(messages.c.conversation_id == conversation_id, _ACTIVE)
         if before_id is not None:
             query = query.where(messages.c.id < before_id)
         if from_id is not None:
             query = query.where(messages.c.id > from_id).order_by(messages.c.id.asc())
         else:
             query = query.order_by(messages.c.id.desc())
-        async with self._engine.connect() as conn:
-            rows = [dict(row) for row in (await conn.execute(query.limit(limit + 1))).mappings()]
+        rows = [dict(row) for row in (await conn.execute(query.limit(limit + 1))).mappings()]
         has_more = len(rows) > limit
         rows = rows[:limit]
         if from_id is None:
@@ -176,32 +207,38 @@ class ConversationRepository:
 
     async def sibling_ids(self, conversation_id: int, page: Iterable[dict[str, Any]]) -> dict[int | None, list[int]]:
         """For each parent id of the page (None for roots), the ids of its children, oldest first."""
+        async with self._engine.connect() as conn:
+            return await self._sibling_ids(conn, conversation_id, page)
+
+    async def _sibling_ids(self, conn: AsyncConnection, conversation_id: int,
+                           page: Iterable[dict[str, Any]]) -> dict[int | None, list[int]]:
         parent_ids = {row["parent_message_id"] for row in page}
         if not parent_ids:
             return {}
-        conditions = []
         real = [p for p in parent_ids if p is not None]
-        if real:
-            conditions.append(messages.c.parent_message_id.in_(real))
-        if None in parent_ids:
-            conditions.append(messages.c.parent_message_id.is_(None))
-        query = (select(messages.c.id, messages.c.parent_message_id)
-                 .where(messages.c.conversation_id == conversation_id, or_(*conditions)).order_by(messages.c.id))
+        parent = messages.c.parent_message_id
+        # Separate probes of the (conversation_id, parent_message_id) index, never an OR across them.
+        wheres = ([parent.in_(real)] if real else []) + ([parent.is_(None)] if None in parent_ids else [])
         siblings: dict[int | None, list[int]] = {p: [] for p in parent_ids}
-        async with self._engine.connect() as conn:
+        for where in wheres:
+            query = (select(messages.c.id, messages.c.parent_message_id)
+                     .where(messages.c.conversation_id == conversation_id, where).order_by(messages.c.id))
             for message_id, parent_id in (await conn.execute(query)).all():
                 siblings[parent_id].append(int(message_id))
         return siblings
 
     async def participants(self, conversation_id: int) -> list[dict[str, Any]]:
         """Participants with their names and emails, in the order they joined."""
+        async with self._engine.connect() as conn:
+            return await self._participants(conn, conversation_id)
+
+    async def _participants(self, conn: AsyncConnection, conversation_id: int) -> list[dict[str, Any]]:
         query = (select(participants.c.user_id, participants.c.role, participants.c.joined_at, users.c.email,
                         users.c.given_name, users.c.family_name)
                  .select_from(participants.join(users, users.c.id == participants.c.user_id))
                  .where(participants.c.conversation_id == conversation_id)
                  .order_by(participants.c.joined_at, participants.c.user_id))
-        async with self._engine.connect() as conn:
-            return [dict(row) for row in (await conn.execute(query)).mappings()]
+        return [dict(row) for row in (await conn.execute(query)).mappings()]
 
     async def add_participant(self, conversation_id: int, user_id: int, role: str) -> dict[str, Any]:
         """Share the conversation with a user (or change their role); the owner's role stays `owner`."""
@@ -254,20 +291,24 @@ class ConversationRepository:
 
     async def _attach_point(self, conn: AsyncConnection, conversation_id: int, parent_id: int | None) -> int | None:
         """Make room for a new child of `parent_id` on the visible path; returns the parent to use."""
-        active = and_(messages.c.conversation_id == conversation_id, messages.c.active.is_(True))
+        active = and_(messages.c.conversation_id == conversation_id, _ACTIVE)
         if parent_id is None:
             leaf = (await conn.execute(select(func.max(messages.c.id)).where(active))).scalar()
             return int(leaf) if leaf is not None else None
-        parent = (await conn.execute(select(messages.c.active).where(
+        found = (await conn.execute(select(messages.c.id).where(
             messages.c.id == parent_id, messages.c.conversation_id == conversation_id))).first()
-        if parent is None:
+        if found is None:
             raise MissingParent(parent_id)
-        if parent[0]:
-            # The parent is on the visible path: what follows it there is the branch being left.
-            await conn.execute(update(messages).where(active, messages.c.id > parent_id).values(active=False))
-        else:
-            await conn.execute(update(messages).where(active).values(active=False))
-            await conn.execute(_ACTIVATE_ANCESTORS, {"start": parent_id, "on": True})
+        ancestry = (await conn.execute(_HIDDEN_ANCESTRY, {"start": parent_id, "off": False})).all()
+        fork = next((int(row[0]) for row in ancestry if row[1]), None)
+        hidden = [int(row[0]) for row in ancestry if not row[1]]
+        # What follows the fork point on the visible path is the branch being left (ids grow along
+        # a path, so it is every active row after the fork); without a fork the whole path goes.
+        leaving = and_(active, messages.c.id > fork) if fork is not None else active
+        await conn.execute(update(messages).where(leaving).values(active=False))
+        for start in range(0, len(hidden), 500):
+            await conn.execute(update(messages).where(messages.c.id.in_(hidden[start:start + 500]))
+                               .values(active=True))
         return parent_id
 
     async def owned_or_managed(self, conversation_ids: Sequence[int], user_id: int) -> list[int]:

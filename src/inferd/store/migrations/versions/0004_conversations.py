@@ -53,7 +53,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_conversation_messages_conv_active_id", "conversation_messages",
                     ["conversation_id", "active", "id"])
-    op.create_index("ix_conversation_messages_parent", "conversation_messages", ["parent_message_id"])
+    op.create_index("ix_conversation_messages_parent", "conversation_messages",
+                    ["conversation_id", "parent_message_id"])
     op.create_table(
         "conversation_participants",
         sa.Column("conversation_id", sa.Integer, sa.ForeignKey("conversations.id"), primary_key=True),
