@@ -97,13 +97,13 @@ class AsyncClient:
     async def _stream(self, call: Call[Any], decode: Callable[[Any], R]) -> AsyncStream[R]:
         return AsyncStream(await self._send(call, stream=True), decode)
 
-    async def request(self, method: str, path: str, *, read: bool | None = None, **kwargs: Any) -> httpx.Response:
+    async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None,
+                      data: Mapping[str, str] | None = None, read: bool | None = None) -> httpx.Response:
         """Any route, raw: `path` is relative to the base URL; errors are raised like every call.
-
-        Retried when `read` (default: the method is GET). Keyword arguments: params, json, data.
-        """
-        call = Call(method.upper(), path, lambda r: r, read=method.upper() == "GET" if read is None else read,
-                    params=kwargs.get("params"), json=kwargs.get("json"), data=kwargs.get("data"))
+        Retried only when `read` (default: the method is GET)."""
+        method = method.upper()
+        call = Call(method, path, lambda r: r, read=method == "GET" if read is None else read, params=params,
+                    json=json, data=data)
         return await self._send(call)
 
     # --- inference ----------------------------------------------------------------------------
