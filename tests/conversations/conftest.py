@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
 
 from inferd.store.conversations import ConversationRepository, NewMessage
 from inferd.store.db import create_engine
-from tests.harness import Server, auth
+from tests.harness import Backend, Server, Upstream, auth, write_config
 
 
 @dataclass
@@ -23,6 +23,8 @@ class EndUser:
     email: str
     key: str
     user_id: int
+    org: str = ""
+    owned_key: str = ""  # the long-lived key the user key was minted from (charged for its calls)
 
     def get(self, path: str, **params: Any) -> httpx.Response:
         return httpx.get(self.server.v1 + path, headers=auth(self.key), params=params, timeout=30)
@@ -58,7 +60,7 @@ def mint_user(server: Server, org: str, email: str | None = None) -> EndUser:
     owned = server.create_key(org=org, user_email=email)
     response = httpx.post(server.v1 + "/auth/exchange", json={"api_key": owned})
     assert response.status_code == 200, response.text
-    return EndUser(server, email, response.json()["user_key"], int(server.key_row(owned)["user_id"]))
+    return EndUser(server, email, response.json()["user_key"], int(server.key_row(owned)["user_id"]), org, owned)
 
 
 @pytest.fixture()
@@ -107,3 +109,76 @@ def count_rows(server: Server, table: str, conversation_id: int) -> int:
             await engine.dispose()
 
     return int(asyncio.run(work()))
+
+
+GENERATE_TOML = """
+[conversations]
+embedding_model = "mock-embed"
+default_chat_model = "mock-chat"
+max_tool_steps = 2
+
+[[models]]
+id = "mock-chat"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+capabilities = ["tools"]
+tokenizer = "upstream"
+cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-agent"
+base_url = "{upstream}/v1"
+upstream_model = "mock-agent"
+capabilities = ["tools"]
+tokenizer = "upstream"
+cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-agent-loop"
+base_url = "{upstream}/v1"
+upstream_model = "mock-agent-loop"
+capabilities = ["tools"]
+tokenizer = "upstream"
+
+[[models]]
+id = "mock-agent-drop"
+base_url = "{upstream}/v1"
+upstream_model = "mock-agent-drop"
+capabilities = ["tools"]
+tokenizer = "upstream"
+
+[[models]]
+id = "mock-reason"
+base_url = "{upstream}/v1"
+upstream_model = "mock-reasoning"
+tokenizer = "upstream"
+thinking = "hybrid"
+
+[[models]]
+id = "mock-drip"
+base_url = "{upstream}/v1"
+upstream_model = "mock-drip-0.3"
+tokenizer = "upstream"
+
+[[models]]
+id = "mock-dead"
+base_url = "http://127.0.0.1:{dead_port}/v1"
+upstream_model = "mock"
+
+[[models]]
+id = "mock-embed"
+type = "embeddings"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+"""
+
+
+@pytest.fixture(scope="session")
+def gen_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
+    """A server whose `[conversations]` table embeds with the fake upstream and allows two tool steps."""
+    config = write_config(tmp_path_factory.mktemp("generate") / "inferd.toml", GENERATE_TOML, upstream)
+    srv = Server.start(tmp_path_factory.mktemp("generate-data"), backend, config)
+    try:
+        yield srv
+    finally:
+        srv.stop()

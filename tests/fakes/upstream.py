@@ -12,6 +12,10 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-reasoning`       also returns `reasoning_content` (message and deltas)
 - `mock-nousage`         never reports usage
 - `mock-flaky-<N>`       answers 503 to the first N requests with the same messages, then normally
+- `mock-agent`           (streams) calls the first offered tool with `{"query": <last user message>}`,
+                         then, once a tool result is in the messages, answers "From the sources: " and
+                         the result's first 40 words (`mock-agent-loop`: always calls the tool;
+                         `mock-agent-drop`: after the tool result, two words, then the connection closes)
 
 Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
 Streams the client abandoned are recorded too: `GET /_aborts` lists `{model, chunks_sent}`.
@@ -107,6 +111,25 @@ def _suffix_number(model: str, prefix: str) -> float | None:
     return None
 
 
+def _agent_step(body: dict[str, Any], model: str) -> tuple[list[Any], str]:
+    """`mock-agent*`: tool-call deltas (finish `tool_calls`), or answer words drawn from the tool result."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    tools = body.get("tools") or []
+    if tools and (last.get("role") != "tool" or model == "mock-agent-loop"):
+        question = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        arguments = json.dumps({"query": question})
+        call_id = f"call_{len(messages)}"
+        name = tools[0]["function"]["name"]
+        return [{"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}},
+                {"index": 0, "function": {"arguments": arguments[:5]}},
+                {"index": 0, "function": {"arguments": arguments[5:]}}], "tool_calls"
+    result = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "tool"), None)
+    if result is None:
+        return list(REPLY_WORDS), "stop"
+    return ["From", "the", "sources:", *result.split()[:40]], "stop"
+
+
 class FakeUpstream:
     """The fake's state: recorded requests."""
 
@@ -171,6 +194,14 @@ class FakeUpstream:
             await response.write(data[half:])
 
         await write_split(frame({"role": "assistant", "content": ""}))
+        if model.startswith("mock-agent"):
+            words, finish = _agent_step(body, model)
+            if finish == "tool_calls":
+                for delta in words:
+                    await write_split(frame({"tool_calls": [delta]}))
+                words = []
+            elif model == "mock-agent-drop":
+                drop = 2
         if model == "mock-reasoning":
             await write_split(frame({"reasoning_content": "thinking"}))
         for index, word in enumerate(words):

@@ -6,13 +6,15 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
-from inferd.api.deps import services, user_key
+from inferd.api.deps import metered_user_key, services, user_key
 from inferd.errors import InvalidRequest
 from inferd.protocol.conversations import (AddParticipant, ConversationDetailEnvelope, ConversationList,
                                            CreateConversation, CreateMessage, DeleteConversations, DeleteResult,
                                            UpdateConversation)
 from inferd.services.conversations import parse_path_id
+from inferd.services.generate import prepare_turn
 from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["conversations"])
@@ -110,3 +112,47 @@ async def add_participant(request: Request, conversation_id: str, body: AddParti
     participant = await services(request).conversations.add_participant(
         key, parse_path_id(conversation_id), body.email, body.role)
     return _json({"success": True, "participant": participant}, 201)
+
+
+async def _generate_body(request: Request) -> dict[str, Any]:
+    """`conversation_id` and `message_id` from a JSON or a form (multipart) body."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        fields: dict[str, Any] = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    else:
+        raw = await request.body()
+        try:
+            fields = orjson.loads(raw) if raw.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from exc
+        if not isinstance(fields, dict):
+            raise InvalidRequest("The body must be a JSON object")
+    parsed: dict[str, Any] = {}
+    for name in ("conversation_id", "message_id"):
+        value = fields.get(name)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if value is None and name == "conversation_id":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidRequest(f"{name}: an integer >= 1 is required", param=name)
+        parsed[name] = value
+    return parsed
+
+
+@router.post("/v1/conversations/{conversation_id}/generate", response_class=StreamingResponse,
+             responses={200: {"content": {"text/event-stream": {}}}})
+async def generate(request: Request, conversation_id: str, model: str = Query(min_length=1, max_length=256),
+                   thinking: str | None = None, web_search: str | None = Query(None, alias="webSearch"),
+                   key: KeyRecord = Depends(metered_user_key)) -> StreamingResponse:
+    """Answer a saved user message: SSE `{conversation_id, title}`, `{chunk}` and agentic frames, `[DONE]`."""
+    cid = parse_path_id(conversation_id)
+    body = await _generate_body(request)
+    if body.get("conversation_id", cid) != cid:
+        raise InvalidRequest("conversation_id in the body differs from the path", param="conversation_id")
+    _flag("webSearch", web_search)  # validated; no web search provider is configured, so never used
+    think = thinking is None or _flag("thinking", thinking)
+    svc = services(request)
+    turn = await prepare_turn(svc, key, cid, body["message_id"], model, think)
+    return StreamingResponse(turn.frames(svc.conversations.running_turns), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

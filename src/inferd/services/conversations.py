@@ -6,6 +6,7 @@ conversation the caller neither owns nor participates in, so nobody learns that 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, Protocol, Sequence
 
@@ -87,6 +88,7 @@ class ConversationService:
         self.store = store
         self._users = users
         self.sources = sources
+        self.running_turns: set[asyncio.Task[None]] = set()  # generate turns still streaming
 
     async def access(self, key: KeyRecord, conversation_id: int) -> Access:
         """The conversation and the caller's role; 404 when neither owned nor shared."""

@@ -45,6 +45,17 @@ SELECT id, active FROM up
 """)
 
 
+_ANCESTRY = text("""
+WITH RECURSIVE up(id, parent_id, depth) AS (
+    SELECT id, parent_message_id, 1 FROM conversation_messages WHERE id = :start AND conversation_id = :conversation_id
+    UNION ALL
+    SELECT m.id, m.parent_message_id, up.depth + 1 FROM conversation_messages m JOIN up ON m.id = up.parent_id
+    WHERE up.depth < :limit
+)
+SELECT id FROM up
+""")
+
+
 @dataclass(frozen=True)
 class Access:
     """A conversation the caller may see, and the caller's role in it (owner, admin, member…)."""
@@ -226,6 +237,23 @@ class ConversationRepository:
             for message_id, parent_id in (await conn.execute(query)).all():
                 siblings[parent_id].append(int(message_id))
         return siblings
+
+    async def message(self, conversation_id: int, message_id: int) -> dict[str, Any] | None:
+        """One message of the conversation, or None."""
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(messages).where(
+                messages.c.id == message_id, messages.c.conversation_id == conversation_id))).mappings().first()
+        return dict(row) if row else None
+
+    async def ancestry(self, conversation_id: int, message_id: int, limit: int) -> list[dict[str, Any]]:
+        """The message and up to `limit - 1` of its ancestors, oldest first (its branch, visible or not)."""
+        async with self._engine.connect() as conn:
+            ids = [int(r[0]) for r in (await conn.execute(_ANCESTRY, {
+                "start": message_id, "conversation_id": conversation_id, "limit": limit})).all()]
+            if not ids:
+                return []
+            rows = await conn.execute(select(messages).where(messages.c.id.in_(ids)).order_by(messages.c.id))
+            return [dict(row) for row in rows.mappings()]
 
     async def participants(self, conversation_id: int) -> list[dict[str, Any]]:
         """Participants with their names and emails, in the order they joined."""

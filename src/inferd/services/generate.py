@@ -1,0 +1,308 @@
+"""One generate turn (POST /v1/conversations/{id}/generate): an agentic loop, streamed and stored.
+
+Every model step goes through the chat corridor (`ChatService`: catalogue, thinking rules,
+context fit, engine, one usage row in workspace `conversations`), exactly as an HTTP chat would.
+The model may call `search_sources` over the conversation's active sources; each step is stored
+as it ends (assistant tool-call rows, tool rows, the final assistant row, all sharing a
+`turn_id`), so an engine failure or a client that leaves keeps what was written and bills what ran.
+
+The turn runs in its own task and hands frames to the response through a queue: when the client
+disconnects, the response is cancelled and the turn task is cancelled once, so its stream relay
+still meters what the engine produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+
+import orjson
+
+from inferd.catalogue import CHAT_TYPES, Deployment
+from inferd.errors import InferdError, NotFound
+from inferd.services import retrieval
+from inferd.store.conversations import Access, NewMessage
+from inferd.store.keys import KeyRecord
+
+if TYPE_CHECKING:
+    from inferd.app import Services
+
+log = logging.getLogger("inferd.generate")
+
+WORKSPACE = "conversations"
+DEFAULT_MAX_TOOL_STEPS = 6
+DEFAULT_CHAT_MODEL = "fast"
+HISTORY_ROWS = 40  # rows of the branch sent to the model, newest last
+SYSTEM_PROMPT = ("You are a helpful assistant. Documents the user attached to this conversation can be searched "
+                 "with the search_sources tool: use it when the answer may be in them, and answer from what it "
+                 "returns.")
+TITLE_PROMPT = "Write a title of at most six words for a conversation that starts with the message below. " \
+               "Answer with the title only."
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    """One SSE frame of the generate stream."""
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def history_messages(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored rows (oldest first) as chat messages; the assistant's tool calls go back upstream."""
+    while rows and rows[0]["role"] != "user":
+        rows = rows[1:]  # a window that starts mid-turn would pair tool results with no call
+    messages: list[dict[str, Any]] = []
+    for row in rows:
+        if row["role"] == "tool":
+            messages.append({"role": "tool", "tool_call_id": row["tool_call_id"] or "", "content": row["message"]})
+        elif row["role"] == "assistant" and row["tool_calls"]:
+            messages.append({"role": "assistant", "content": row["message"] or None,
+                             "tool_calls": orjson.loads(row["tool_calls"])})
+        else:
+            messages.append({"role": row["role"], "content": row["message"]})
+    return messages
+
+
+@dataclass
+class StepOutput:
+    """What one streamed model step produced."""
+
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+
+    def add_tool_delta(self, delta: dict[str, Any]) -> None:
+        """Merge a streamed tool-call fragment (id and name once, arguments in pieces)."""
+        index = int(delta.get("index") or 0)
+        call = self.tool_calls.setdefault(index, {"id": "", "type": "function",
+                                                  "function": {"name": "", "arguments": ""}})
+        if delta.get("id"):
+            call["id"] = delta["id"]
+        function = delta.get("function") or {}
+        if function.get("name"):
+            call["function"]["name"] = function["name"]
+        if function.get("arguments"):
+            call["function"]["arguments"] += function["arguments"]
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The complete tool calls, in index order (ids made up where the engine gave none)."""
+        calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        for call in calls:
+            call["id"] = call["id"] or f"call_{uuid.uuid4().hex[:12]}"
+        return [c for c in calls if c["function"]["name"]]
+
+
+def _events(raw: bytes) -> list[dict[str, Any] | None]:
+    """The JSON events of relayed SSE bytes (None for `[DONE]`)."""
+    events: list[dict[str, Any] | None] = []
+    for frame in raw.split(b"\n\n"):
+        if not frame.startswith(b"data: "):
+            continue
+        data = frame[6:].strip()
+        events.append(None if data == b"[DONE]" else orjson.loads(data))
+    return events
+
+
+class GenerateTurn:
+    """A checked generate request, ready to stream."""
+
+    def __init__(self, svc: "Services", key: KeyRecord, access: Access, question: dict[str, Any],
+                 history: list[dict[str, Any]], deployment: Deployment, model: str, thinking: bool,
+                 has_sources: bool) -> None:
+        self._svc = svc
+        self._key = key
+        self._access = access
+        self._question = question
+        self._history = history
+        self._deployment = deployment
+        self._model = model
+        self._thinking = thinking
+        self._has_sources = has_sources
+        self._conversation_id = int(access.conversation["id"])
+        self._user_id = key.user_id
+        self._turn_id = uuid.uuid4().hex
+        self._parent = int(question["id"])
+        conversations = svc.config.conversations
+        self._max_steps = int(conversations.get("max_tool_steps", DEFAULT_MAX_TOOL_STEPS))
+        self._title_model = str(conversations.get("default_chat_model") or DEFAULT_CHAT_MODEL)
+
+    def frames(self, tasks: set["asyncio.Task[None]"]) -> AsyncIterator[bytes]:
+        """The response body: frames the turn task produces; leaving cancels the task (once)."""
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=256)
+
+        async def produce() -> None:
+            try:
+                await self._run(queue.put)
+            except asyncio.CancelledError:
+                raise  # the client left: nobody reads on
+            except Exception:
+                log.exception("generate turn failed in conversation %s", self._conversation_id)
+                await queue.put(sse({"error": {"message": "Internal server error", "type": "server_error",
+                                               "code": "internal_error"}}))
+            await queue.put(None)
+
+        task = asyncio.create_task(produce())
+        tasks.add(task)  # held, so the loop does not drop a running turn
+        task.add_done_callback(tasks.discard)
+
+        async def consume() -> AsyncIterator[bytes]:
+            try:
+                while (frame := await queue.get()) is not None:
+                    yield frame
+            finally:
+                if not task.done():
+                    task.cancel()
+
+        return consume()
+
+    async def _run(self, emit: Callable[[bytes], Awaitable[None]]) -> None:
+        await emit(sse({"conversation_id": self._conversation_id, "title": self._access.conversation["title"]}))
+        if self._has_sources:
+            await emit(sse({"type": "sources", "conversation_id": self._conversation_id, "active": True}))
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, *history_messages(self._history)]
+        try:
+            for step in range(self._max_steps + 1):
+                offer_tools = self._has_sources and step < self._max_steps and self._tools_capable()
+                output = await self._step(messages, offer_tools, emit)
+                if output is None:
+                    return  # an error frame was sent
+                calls = output.calls() if offer_tools else []
+                if not calls:
+                    finish = "length" if output.finish_reason == "length" else "stop"
+                    final = await self._save(NewMessage(
+                        role="assistant", message="".join(output.content), user_id=self._user_id,
+                        reasoning_content="".join(output.reasoning) or None, model_name=self._deployment.id,
+                        finish_reason=finish, turn_id=self._turn_id))
+                    await emit(sse({"type": "message", "message_id": final, "finish_reason": finish,
+                                    "turn_id": self._turn_id}))
+                    break
+                await self._tool_step(output, calls, messages, emit)
+            await self._title(emit)
+            await emit(DONE)
+        except InferdError as exc:
+            await emit(sse({"error": {"message": exc.message, "type": exc.type, "code": exc.code}}))
+
+    def _tools_capable(self) -> bool:
+        return "tools" in self._deployment.config.capabilities
+
+    async def _step(self, messages: list[dict[str, Any]], offer_tools: bool,
+                    emit: Callable[[bytes], Awaitable[None]]) -> StepOutput | None:
+        """One streamed model call through the chat corridor; None when it ended in an error frame."""
+        body: dict[str, Any] = {"model": self._model, "messages": messages, "stream": True}
+        if offer_tools:
+            body["tools"] = [retrieval.SEARCH_SOURCES_TOOL]
+            body["tool_choice"] = "auto"
+        if not self._thinking and self._deployment.config.thinking == "hybrid":
+            body["reasoning_effort"] = "off"
+        call = self._svc.chat.open(body, self._key, workspace=WORKSPACE)
+        await self._svc.chat.fit_context(call)
+        output = StepOutput()
+        async with aclosing(self._svc.chat.stream(call)) as relayed:  # type: ignore[type-var]
+            async for raw in relayed:
+                for event in _events(raw):
+                    if event is None:
+                        continue
+                    if "error" in event:
+                        await emit(sse({"error": event["error"]}))
+                        return None
+                    for choice in event.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        if delta.get("content"):
+                            output.content.append(delta["content"])
+                            await emit(sse({"chunk": delta["content"]}))
+                        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+                        if reasoning:
+                            output.reasoning.append(reasoning)
+                            await emit(sse({"type": "reasoning", "chunk": reasoning}))
+                        for tool_delta in delta.get("tool_calls") or ():
+                            output.add_tool_delta(tool_delta)
+                        if choice.get("finish_reason"):
+                            output.finish_reason = choice["finish_reason"]
+        return output
+
+    async def _tool_step(self, output: StepOutput, calls: list[dict[str, Any]], messages: list[dict[str, Any]],
+                         emit: Callable[[bytes], Awaitable[None]]) -> None:
+        """Store the tool-call row, run each call, store its result row, extend the messages."""
+        content = "".join(output.content)
+        await self._save(NewMessage(role="assistant", message=content, user_id=self._user_id,
+                                    reasoning_content="".join(output.reasoning) or None,
+                                    model_name=self._deployment.id, finish_reason="tool_calls",
+                                    turn_id=self._turn_id, tool_calls=calls))
+        messages.append({"role": "assistant", "content": content or None, "tool_calls": calls})
+        for call in calls:
+            name = call["function"]["name"]
+            await emit(sse({"type": "tool_call", "tool_call_id": call["id"], "tool_name": name,
+                            "arguments": call["function"]["arguments"]}))
+            result, status = await self._run_tool(name, call["function"]["arguments"])
+            row_id = await self._save(NewMessage(role="tool", message=result, user_id=self._user_id,
+                                                 tool_call_id=call["id"], tool_name=name, tool_status=status,
+                                                 turn_id=self._turn_id))
+            await emit(sse({"type": "tool_result", "tool_call_id": call["id"], "tool_name": name,
+                            "tool_status": status, "message_id": row_id}))
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+
+    async def _run_tool(self, name: str, arguments: str) -> tuple[str, str]:
+        """(result text, `ok` or `error`) of one tool call; failures go back to the model as text."""
+        if name != "search_sources":
+            return f"Unknown tool {name!r}; the only tool is search_sources.", "error"
+        try:
+            parsed = orjson.loads(arguments or "{}")
+        except orjson.JSONDecodeError:
+            return "The arguments were not valid JSON; call search_sources with {\"query\": \"...\"}.", "error"
+        query = parsed.get("query") if isinstance(parsed, dict) else None
+        if not isinstance(query, str) or not query.strip():
+            return "search_sources needs a non-empty string `query`.", "error"
+        top_k = parsed.get("top_k")
+        try:
+            hits = await retrieval.search_sources(
+                self._svc, self._key, self._conversation_id, query,
+                top_k if isinstance(top_k, int) and not isinstance(top_k, bool) else retrieval.DEFAULT_TOP_K)
+        except InferdError as exc:
+            return f"search_sources failed: {exc.message}", "error"
+        return retrieval.format_hits(hits), "ok"
+
+    async def _save(self, row: NewMessage) -> int:
+        """Append one row of the turn under the previous one; returns its id."""
+        row = NewMessage(**{**row.__dict__, "parent_message_id": self._parent})
+        [written] = await self._svc.conversations.store.append(self._conversation_id, [row])
+        self._parent = int(written["id"])
+        return self._parent
+
+    async def _title(self, emit: Callable[[bytes], Awaitable[None]]) -> None:
+        """Name an untitled conversation after its first question (default_chat_model, billed here too)."""
+        if self._access.conversation["title"] is not None:
+            return
+        body = {"model": self._title_model, "max_tokens": 24, "messages": [
+            {"role": "system", "content": TITLE_PROMPT}, {"role": "user", "content": self._question["message"][:2000]}]}
+        try:
+            call = self._svc.chat.open(body, self._key, workspace=WORKSPACE)
+            reply = await self._svc.chat.complete(call)
+            text = str(reply["choices"][0]["message"].get("content") or "")
+        except (InferdError, KeyError, IndexError) as exc:
+            log.warning("no title for conversation %s: %s", self._conversation_id, exc)
+            return
+        title = re.sub(r"\s+", " ", text).strip().strip("\"'*#").strip()[:120]
+        if title:
+            await self._svc.conversations.store.update(self._conversation_id, {"title": title})
+            await emit(sse({"type": "title", "conversation_id": self._conversation_id, "title": title}))
+
+
+async def prepare_turn(svc: "Services", key: KeyRecord, conversation_id: int, message_id: int, model: str,
+                       thinking: bool) -> GenerateTurn:
+    """Every check that answers before the stream starts: 404 conversation or message, model errors."""
+    access = await svc.conversations.access(key, conversation_id)
+    store = svc.conversations.store
+    question = await store.message(conversation_id, message_id)
+    if question is None or question["user_id"] != key.user_id or question["role"] != "user":
+        raise NotFound("message_id is not a saved message of yours in this conversation", code="message_not_found")
+    deployment = svc.catalogue.resolve(model, key)
+    deployment.require_type(CHAT_TYPES, "conversation generate")
+    history = await store.ancestry(conversation_id, message_id, HISTORY_ROWS)
+    sources = svc.conversations.sources
+    has_sources = bool(sources is not None and (await sources.counts([conversation_id])).get(conversation_id))
+    return GenerateTurn(svc, key, access, question, history, deployment, model, thinking, has_sources)
