@@ -200,3 +200,11 @@ def content(server: Server, key: str, file_id: str | None) -> list[dict[str, Any
 def batch_usage(server: Server, key: str) -> list[dict[str, Any]]:
     """The key's usage rows of workspace `batch`."""
     return [row for row in server.usage_rows(key) if row["workspace"] == "batch"]
+
+
+def wait_in_flight(upstream: Upstream, marker: str, timeout: float = 20) -> None:
+    """Until the fake upstream has received a chat whose message contains `marker` (a line is in flight)."""
+    deadline = time.monotonic() + timeout
+    while not any(marker in orjson.dumps(r["body"].get("messages")).decode() for r in upstream.requests()):
+        assert time.monotonic() < deadline, f"no line with {marker!r} reached the upstream"
+        time.sleep(0.05)

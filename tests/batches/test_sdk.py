@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import time
+from typing import Iterator
 
 import openai
 import orjson
 import pytest
 
-from tests.batches.conftest import jsonl, request_line
-from tests.harness import Server
+from tests.batches.conftest import jsonl, request_line, wait_in_flight
+from tests.harness import Server, Upstream
 
 
 @pytest.fixture()
-def client(batch_server: Server) -> openai.OpenAI:
+def client(batch_server: Server) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=batch_server.v1, api_key=batch_server.create_key(), max_retries=0,
                        timeout=30) as sdk:
         yield sdk
@@ -59,12 +60,12 @@ def test_sdk_whole_flow(client: openai.OpenAI) -> None:
         client.batches.cancel(batch.id)  # a completed batch cannot be cancelled
 
 
-def test_sdk_cancel(client: openai.OpenAI) -> None:
-    lines = [request_line(f"slow-{i}", model="mock-slow") for i in range(20)]
+def test_sdk_cancel(client: openai.OpenAI, upstream: Upstream) -> None:
+    lines = [request_line(f"slow-{i}", model="mock-slow", content=f"sdk-cancel {i}") for i in range(20)]
     uploaded = client.files.create(file=("slow.jsonl", jsonl(lines)), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                   completion_window="24h")
-    time.sleep(1.5)  # the worker has claimed it and lines are in flight
+    wait_in_flight(upstream, "sdk-cancel")  # the worker has claimed it and lines are in flight
     cancelled = client.batches.cancel(batch.id)
     assert cancelled.status == "cancelling"
     deadline = time.monotonic() + 30

@@ -9,8 +9,9 @@ import httpx
 import orjson
 import pytest
 
-from tests.batches.conftest import Worker, batch_usage, content, create, get, jsonl, request_line, upload, wait_for
-from tests.harness import Server, auth
+from tests.batches.conftest import Worker, batch_usage, content, create, get, jsonl, request_line, upload, \
+    wait_for, wait_in_flight
+from tests.harness import Server, Upstream, auth
 
 
 def _by_id(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -105,13 +106,11 @@ def test_more_than_10000_lines_rejected(batch_server: Server) -> None:
     assert batch_usage(batch_server, key) == []
 
 
-def test_cancel_with_lines_in_flight(batch_server: Server) -> None:
+def test_cancel_with_lines_in_flight(batch_server: Server, upstream: Upstream) -> None:
     key = batch_server.create_key()
-    batch = create(batch_server, key, [request_line(f"s{i}", model="mock-slow") for i in range(30)])
-    deadline = time.monotonic() + 20
-    while not any(r["body"].get("model") == "mock-sleep-2" for r in batch_server_upstream_requests(batch_server)):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    batch = create(batch_server, key, [request_line(f"s{i}", model="mock-slow", content=f"cancel-me {i}")
+                                       for i in range(30)])
+    wait_in_flight(upstream, "cancel-me")
     cancelling = httpx.post(f"{batch_server.v1}/batches/{batch['id']}/cancel", headers=auth(key)).json()
     assert cancelling["status"] == "cancelling"
     again = httpx.post(f"{batch_server.v1}/batches/{batch['id']}/cancel", headers=auth(key)).json()
@@ -128,13 +127,6 @@ def test_cancel_with_lines_in_flight(batch_server: Server) -> None:
     # The finished lines stay billed; the cancelled ones cost nothing.
     usage = batch_usage(batch_server, key)
     assert sorted(orjson.loads(r["metadata"])["cid"] for r in usage) == sorted(l["custom_id"] for l in output)
-
-
-def batch_server_upstream_requests(server: Server) -> list[dict[str, Any]]:
-    """What the fake upstream received (its URL is in the server's config)."""
-    assert server.config is not None
-    base = next(line.split('"')[1] for line in server.config.read_text().splitlines() if line.startswith("base_url"))
-    return list(httpx.get(base.removesuffix("/v1") + "/_requests").json())
 
 
 def test_cancel_without_a_worker_is_immediate(api_server: Server) -> None:
@@ -154,18 +146,18 @@ def test_cancel_without_a_worker_is_immediate(api_server: Server) -> None:
     assert batch_usage(api_server, key) == []
 
 
-def test_transient_failures_are_retried(batch_server: Server) -> None:
+def test_transient_failures_are_retried(batch_server: Server, upstream: Upstream) -> None:
     key = batch_server.create_key()
     batch = create(batch_server, key, [request_line("flaky", model="mock-flaky", content="flaky once more"),
-                                       request_line("down", model="mock-err500")])
+                                       request_line("down", model="mock-err500", content="down for good")])
     done = wait_for(batch_server, key, batch["id"], ("completed",), timeout=60)
     output, errors = content(batch_server, key, done["output_file_id"]), \
         content(batch_server, key, done["error_file_id"])
     assert [l["custom_id"] for l in output] == ["flaky"]  # two 503s, then an answer
     assert [l["custom_id"] for l in errors] == ["down"]
     assert errors[0]["error"]["status_code"] == 502
-    requests = batch_server_upstream_requests(batch_server)
-    assert sum(1 for r in requests if r["body"].get("model") == "mock-error-500") == 4  # 1 try + 3 retries
+    tries = [r for r in upstream.requests() if "down for good" in orjson.dumps(r["body"]["messages"]).decode()]
+    assert len(tries) == 4  # 1 try + 3 retries
     usage = {orjson.loads(r["metadata"])["cid"]: r for r in batch_usage(batch_server, key)}
     assert (usage["flaky"]["status_code"], usage["down"]["status_code"]) == (200, 502)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 
@@ -41,7 +43,7 @@ async def upload_file(request: Request, key: KeyRecord = Depends(long_lived_key)
             raise InvalidRequest(f"purpose: must be one of {', '.join(PURPOSES)}", param="purpose")
         assert upload.path is not None
         file_id = new_file_id()
-        path = store.publish(upload.path, file_id)
+        path = await asyncio.to_thread(store.publish, upload.path, file_id)  # fsync off the event loop
         upload.path = None  # renamed into place: no longer ours to discard
     finally:
         upload.discard()

@@ -8,13 +8,14 @@ twice; a line's result and its usage row commit together, so a crash loses both 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 import orjson
-from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.db import utcnow
@@ -48,6 +49,12 @@ class BatchRepository:
         self._pg = engine.dialect.name == "postgresql"
         self._upsert = pg_insert if self._pg else sqlite_insert
         self._rollup = rollup_upsert(engine.dialect.name)
+        self._inline: Engine | None = None
+        if not self._pg and engine.url.database and engine.url.database != ":memory:":
+            self._inline = create_engine(f"sqlite:///{engine.url.database}", connect_args={"timeout": 0})
+        self._record_line = update(batch_lines).where(
+            batch_lines.c.batch_id == bindparam("b_batch"), batch_lines.c.line_no == bindparam("b_line")).values(
+            state=bindparam("b_state"), result=bindparam("b_result"))
 
     # --- the API side ----------------------------------------------------------------------
 
@@ -130,15 +137,19 @@ class BatchRepository:
                 return None
             return dict((await conn.execute(select(batches).where(batches.c.id == batch_id))).mappings().one())
 
+    @staticmethod
+    def _fence_statement(batch_id: str, owner: str, lease_seconds: float, now: datetime) -> Any:
+        """Renew our lease, returning the status; no row when the lease is no longer ours."""
+        return update(batches).where(
+            batches.c.id == batch_id, batches.c.lease_owner == owner, batches.c.lease_until >= now).values(
+            lease_until=now + timedelta(seconds=lease_seconds)).returning(batches.c.status)
+
     async def _fence(self, conn: AsyncConnection, batch_id: str, owner: str, lease_seconds: float) -> str:
         """Renew the lease inside `conn`'s transaction; the batch's status, or LeaseLost."""
-        now = utcnow()
-        renewed = await conn.execute(update(batches).where(
-            batches.c.id == batch_id, batches.c.lease_owner == owner, batches.c.lease_until >= now).values(
-            lease_until=now + timedelta(seconds=lease_seconds)))
-        if not renewed.rowcount:
+        status = (await conn.execute(self._fence_statement(batch_id, owner, lease_seconds, utcnow()))).scalar()
+        if status is None:
             raise LeaseLost(batch_id)
-        return str((await conn.execute(select(batches.c.status).where(batches.c.id == batch_id))).scalar())
+        return str(status)
 
     async def renew(self, batch_id: str, owner: str, lease_seconds: float) -> str:
         """Extend the lease; returns the batch's status (LeaseLost when it is no longer ours)."""
@@ -178,31 +189,48 @@ class BatchRepository:
 
         A line already recorded is skipped with its usage row. Returns the spend added, per
         (key, month), for the in-memory or Redis counters."""
-        amounts: dict[tuple[str, str], float] = {}
+        if self._inline is not None:
+            # SQLite: commit on the loop's thread (a WAL commit takes microseconds), since every
+            # aiosqlite statement is a thread hop that stalls the loop on the GIL. When another
+            # process holds the write lock, fall through to the async engine, which may wait.
+            try:
+                with self._inline.begin() as conn:
+                    return self._record(conn, batch_id, owner, lease_seconds, results)
+            except OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
         async with self._engine.begin() as conn:
-            await self._fence(conn, batch_id, owner, lease_seconds)
-            rows: list[dict[str, Any]] = []
-            for line in results:
-                updated = await conn.execute(update(batch_lines).where(
-                    batch_lines.c.batch_id == batch_id, batch_lines.c.line_no == line.line_no,
-                    batch_lines.c.state == "pending").values(state=line.state, result=line.result.decode()))
-                if updated.rowcount and line.usage_row is not None:
-                    rows.append(line.usage_row)
-            if rows:  # as the usage writer commits them: rows, the daily rollup, the spend
-                await conn.execute(insert(usage_rows), rows)
-                await conn.execute(self._rollup, rollup_deltas(rows))
-                for row in rows:
-                    if row["cost_usd"]:
-                        created = row["created_at"]
-                        slot = (row["key_id"], f"{created.year:04d}-{created.month:02d}")
-                        amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
-                if amounts:
-                    stmt = self._upsert(key_spend)
-                    stmt = stmt.on_conflict_do_update(
-                        index_elements=[key_spend.c.key_id, key_spend.c.month],
-                        set_={"spend_usd": key_spend.c.spend_usd + stmt.excluded.spend_usd})
-                    await conn.execute(stmt, [{"key_id": k, "month": m, "spend_usd": c}
-                                              for (k, m), c in amounts.items()])
+            return await conn.run_sync(self._record, batch_id, owner, lease_seconds, results)
+
+    def _record(self, conn: Connection, batch_id: str, owner: str, lease_seconds: float,
+                results: list[LineResult]) -> dict[tuple[str, str], float]:
+        now = utcnow()
+        if conn.execute(self._fence_statement(batch_id, owner, lease_seconds, now)).scalar() is None:
+            raise LeaseLost(batch_id)
+        # The fence above serialises writers of this batch, so this read stays true to commit.
+        still_pending = set(conn.execute(select(batch_lines.c.line_no).where(
+            batch_lines.c.batch_id == batch_id, batch_lines.c.state == "pending",
+            batch_lines.c.line_no.in_([line.line_no for line in results]))).scalars())
+        todo = [line for line in results if line.line_no in still_pending]
+        if todo:
+            conn.execute(self._record_line, [{"b_batch": batch_id, "b_line": line.line_no, "b_state": line.state,
+                                              "b_result": line.result.decode()} for line in todo])
+        rows = [line.usage_row for line in todo if line.usage_row is not None]
+        amounts: dict[tuple[str, str], float] = {}
+        if rows:  # as the usage writer commits them: rows, the daily rollup, the spend
+            conn.execute(insert(usage_rows), rows)
+            conn.execute(self._rollup, rollup_deltas(rows))
+            for row in rows:
+                if row["cost_usd"]:
+                    created = row["created_at"]
+                    slot = (row["key_id"], f"{created.year:04d}-{created.month:02d}")
+                    amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
+            if amounts:
+                stmt = self._upsert(key_spend)
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=[key_spend.c.key_id, key_spend.c.month],
+                    set_={"spend_usd": key_spend.c.spend_usd + stmt.excluded.spend_usd})
+                conn.execute(stmt, [{"key_id": k, "month": m, "spend_usd": c} for (k, m), c in amounts.items()])
         return amounts
 
     async def all_lines(self, batch_id: str) -> list[tuple[int, str, str, str | None]]:
@@ -219,7 +247,8 @@ class BatchRepository:
         now = utcnow()
         expires = now + timedelta(seconds=retention_seconds)
         async with self._engine.begin() as conn:
-            await self._fence(conn, batch_id, owner, lease_seconds)
+            if await self._fence(conn, batch_id, owner, lease_seconds) == "cancelling" and status == "completed":
+                status = "cancelled"  # a cancel that came while the last lines drained
             for values in new_files:
                 await conn.execute(insert(files).values(**values, expires_at=expires))
             output = next((f["id"] for f in new_files if f["id"].startswith("file-out-")), None)

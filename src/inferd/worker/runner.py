@@ -25,7 +25,7 @@ log = logging.getLogger("inferd.worker")
 
 MAX_BATCHES = 4  # batches one worker runs at once
 PAGE = 500  # pending lines read per query
-FLUSH_SECONDS = 0.02  # results wait at most this long for the next group commit
+FLUSH_SECONDS = 0.05  # results wait at most this long for the next group commit
 
 
 def job_interval(config: BatchConfig) -> float:
