@@ -69,6 +69,12 @@ base_url = "{upstream}/v1"
 upstream_model = "mock-error-400"
 
 [[models]]
+id = "mock-stall"
+base_url = "{upstream}/v1"
+upstream_model = "mock-stall-after-3"
+timeout_s = 1
+
+[[models]]
 id = "mock-embed"
 type = "embeddings"
 base_url = "{upstream}/v1"

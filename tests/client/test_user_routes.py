@@ -11,8 +11,10 @@ import jwt
 import pytest
 
 from inferd_client import (AuthenticationError, BadRequestError, Client, Conversation, ConversationMessage,
-                           NotFoundError, PermissionDeniedError, RetryPolicy)
+                           GenerateChunk, GenerateStart, NotFoundError, PermissionDeniedError, RetryPolicy,
+                           StreamError)
 from tests.client.conftest import IDP_AUDIENCE, IDP_ISSUER, IDP_SECRET
+from tests.fakes.upstream import REPLY_WORDS
 from tests.harness import Server
 
 HELLO = [{"role": "user", "content": "Hello there"}]
@@ -149,3 +151,30 @@ def test_vectorize_and_sources(batch_server: Server) -> None:
         assert user.conversation_sources(first.conversation_id).body == []
         with pytest.raises(BadRequestError):
             user.vectorize(0, ("old.doc", b"legacy"))
+
+
+def test_generate_stream(batch_server: Server) -> None:
+    org = f"org-{uuid.uuid4().hex[:8]}"
+    with client_for(batch_server, batch_server.create_key(org=org)) as app:
+        user = client_for(batch_server, app.exchange(idp_token=idp_token("dan", "dan@example.com")).bearer)
+    with user:
+        conversation = user.create_conversation(title="Greetings")
+        asked = user.add_message(conversation.id, "Say hello")
+        with user.generate(conversation.id, asked.id, model="mock-chat", thinking=False) as stream:
+            frames = list(stream)
+        assert isinstance(frames[0], GenerateStart)
+        assert (frames[0].conversation_id, frames[0].title) == (conversation.id, "Greetings")
+        text = "".join(f.chunk for f in frames if isinstance(f, GenerateChunk))
+        assert text.split() == REPLY_WORDS
+        thread = user.get_conversation(conversation.id)
+        assert [m.role for m in thread.messages] == ["user", "assistant"]
+        assert thread.messages[-1].message == text and thread.messages[-1].finish_reason == "stop"
+
+        again = user.add_message(conversation.id, "And again")
+        seen: list[object] = []
+        with pytest.raises(StreamError) as broke:
+            for frame in user.generate(conversation.id, again.id, model="mock-stall"):
+                seen.append(frame)
+        assert broke.value.code == "timeout" and isinstance(seen[0], GenerateStart)
+        with pytest.raises(NotFoundError):
+            user.generate(conversation.id, 999_999, model="mock-chat")
