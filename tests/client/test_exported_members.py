@@ -63,3 +63,19 @@ def test_only_httpx_beyond_the_standard_library() -> None:
                                  "print(sorted({m.split('.')[0] for m in set(sys.modules)-b}))"],
                                 capture_output=True, text=True, timeout=60)
     assert third_party - {"inferd_client"} <= set(ast.literal_eval(httpx_deps.stdout))
+
+
+def test_async_client_mirrors_client() -> None:
+    # The two clients are written side by side; this keeps them from drifting apart.
+    import inspect
+
+    sync_methods = {n: m for n, m in vars(inferd_client.Client).items() if callable(m) and not n.startswith("_")}
+    async_methods = {n: m for n, m in vars(inferd_client.AsyncClient).items() if callable(m) and not n.startswith("_")}
+    assert set(sync_methods) == set(async_methods)
+    for name, method in sync_methods.items():
+        ours, theirs = inspect.signature(method), inspect.signature(async_methods[name])
+        assert list(ours.parameters) == list(theirs.parameters), name
+        assert [p.default for p in ours.parameters.values() if p.name != "sleep"] == \
+            [p.default for p in theirs.parameters.values() if p.name != "sleep"], name
+        is_async = inspect.iscoroutinefunction(async_methods[name])
+        assert is_async == (name not in ("list_batches", "with_api_key")), name
