@@ -82,8 +82,8 @@ upstream_model = "mock"
 """
 
 
-@pytest.fixture(scope="module")
-def batch_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
+@pytest.fixture(scope="session")
+def client_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
     """`inferd serve` with its batch worker, on a database of its own (no other worker sees its batches),
     verifying HS256 idp tokens and serving conversations: the server of the extension routes' tests."""
     folder = tmp_path_factory.mktemp("client-batch")
@@ -106,13 +106,13 @@ def batch_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -
 
 
 @pytest.fixture()
-def batch_key(batch_server: Server) -> str:
+def batch_key(client_server: Server) -> str:
     """A fresh application key (in a fresh org) on the batch server."""
-    return batch_server.create_key()
+    return client_server.create_key()
 
 
 @pytest.fixture()
-def batch_client(batch_server: Server, batch_key: str) -> Iterator[Client]:
+def batch_client(client_server: Server, batch_key: str) -> Iterator[Client]:
     """inferd_client on the batch server."""
-    with Client(batch_server.base_url, batch_key, timeout=30, retry=RetryPolicy(sleep=lambda s: None)) as c:
+    with Client(client_server.base_url, batch_key, timeout=30, retry=RetryPolicy(sleep=lambda s: None)) as c:
         yield c

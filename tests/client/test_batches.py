@@ -35,7 +35,7 @@ def fast_wait(client: Client, batch_id: str, **options: Any) -> Batch:
     return client.wait_batch(batch_id, poll_interval=0.05, max_interval=0.2, timeout=60, **options)
 
 
-def test_whole_flow(batch_client: Client, batch_server: Server, batch_key: str, tmp_path: Path) -> None:
+def test_whole_flow(batch_client: Client, client_server: Server, batch_key: str, tmp_path: Path) -> None:
     source = tmp_path / "requests.jsonl"
     source.write_bytes(jsonl([line("a"), line("b", max_tokens=3), line("bad", model="mock-err400")]))
     uploaded = batch_client.create_file(source)
@@ -63,7 +63,7 @@ def test_whole_flow(batch_client: Client, batch_server: Server, batch_key: str, 
     assert by_id["b"]["response"]["body"]["usage"]["completion_tokens"] == 3
     errors = parse(batch_client.get_file_content(done.error_file_id))
     assert [e["custom_id"] for e in errors] == ["bad"] and errors[0]["error"]
-    rows = [r for r in batch_server.usage_rows(batch_key) if r["workspace"] == "batch"]
+    rows = [r for r in client_server.usage_rows(batch_key) if r["workspace"] == "batch"]
     assert len(rows) >= 2
 
     deleted = batch_client.delete_file(done.output_file_id)
@@ -72,10 +72,10 @@ def test_whole_flow(batch_client: Client, batch_server: Server, batch_key: str, 
         batch_client.get_file_content(done.output_file_id)
 
 
-def test_list_batches_pages_with_after_until_an_empty_page(batch_server: Server, batch_key: str) -> None:
+def test_list_batches_pages_with_after_until_an_empty_page(client_server: Server, batch_key: str) -> None:
     urls: list[str] = []
     http = httpx.Client(timeout=30, event_hooks={"request": [lambda r: urls.append(str(r.url))]})
-    with http, Client(batch_server.base_url, batch_key, http_client=http) as client:
+    with http, Client(client_server.base_url, batch_key, http_client=http) as client:
         file_id = client.create_file(("five.jsonl", jsonl([line("x")]))).id
         made = [client.create_batch(file_id).id for _ in range(5)]
         urls.clear()
@@ -126,7 +126,7 @@ def test_server_side_refusals(batch_client: Client) -> None:
         batch_client.cancel_batch("batch_missing")
 
 
-def test_wait_schedule_doubles_from_5_to_30_seconds(batch_client: Client, batch_server: Server,
+def test_wait_schedule_doubles_from_5_to_30_seconds(batch_client: Client, client_server: Server,
                                                     batch_key: str) -> None:
     schedule = poll_intervals(5.0, 30.0)
     assert [next(schedule) for _ in range(6)] == [5.0, 10.0, 20.0, 30.0, 30.0, 30.0]
@@ -144,12 +144,12 @@ def test_wait_schedule_doubles_from_5_to_30_seconds(batch_client: Client, batch_
     assert waits[:4] == [5.0, 10.0, 20.0, 30.0] and set(waits[3:]) == {30.0}
 
 
-def test_async_batch_flow(batch_server: Server, batch_key: str, tmp_path: Path) -> None:
+def test_async_batch_flow(client_server: Server, batch_key: str, tmp_path: Path) -> None:
     source = tmp_path / "a.jsonl"
     source.write_bytes(jsonl([line("one"), line("two")]))
 
     async def go() -> tuple[Batch, list[str], bytes]:
-        async with AsyncClient(batch_server.base_url, batch_key, retry=RetryPolicy()) as client:
+        async with AsyncClient(client_server.base_url, batch_key, retry=RetryPolicy()) as client:
             uploaded = await client.create_file(source)  # a path: opened while sending, then closed
             assert uploaded.bytes == source.stat().st_size and uploaded.filename == "a.jsonl"
             created = await client.create_batch(uploaded.id)

@@ -26,10 +26,10 @@ def write_jsonl(path: Path, lines: list[dict[str, object]]) -> Path:
     return path
 
 
-def test_submit_wait_downloads_output_and_errors(batch_server: Server, batch_key: str, tmp_path: Path) -> None:
+def test_submit_wait_downloads_output_and_errors(client_server: Server, batch_key: str, tmp_path: Path) -> None:
     source = write_jsonl(tmp_path / "in.jsonl", [line(f"c{i}") for i in range(6)] + [line("x", "mock-err400")])
     out = tmp_path / "out"
-    result = inferd_batch(batch_server, batch_key, "submit", str(source), "--wait", "--output-dir", str(out),
+    result = inferd_batch(client_server, batch_key, "submit", str(source), "--wait", "--output-dir", str(out),
                           "--poll-interval", "0.05", "--max-interval", "0.2", "-m", "team=cli")
     assert result.returncode == 0, result.stderr + result.stdout
     batch_id = result.stdout.split()[1]
@@ -40,36 +40,36 @@ def test_submit_wait_downloads_output_and_errors(batch_server: Server, batch_key
     assert [e["custom_id"] for e in errors] == ["x"]
     assert "7/7" in result.stderr  # the progress bar's last state: every line accounted for
 
-    shown = inferd_batch(batch_server, batch_key, "get", batch_id)
+    shown = inferd_batch(client_server, batch_key, "get", batch_id)
     assert shown.returncode == 0, shown.stderr
     got = json.loads(shown.stdout)
     assert got["id"] == batch_id and got["metadata"] == {"team": "cli"} and got["status"] == "completed"
 
-    listed = inferd_batch(batch_server, batch_key, "list", "--limit", "1")
+    listed = inferd_batch(client_server, batch_key, "list", "--limit", "1")
     assert listed.returncode == 0, listed.stderr
     assert batch_id in listed.stdout and "completed" in listed.stdout
 
 
-def test_submit_without_wait_then_cancel(batch_server: Server, batch_key: str, tmp_path: Path) -> None:
+def test_submit_without_wait_then_cancel(client_server: Server, batch_key: str, tmp_path: Path) -> None:
     source = write_jsonl(tmp_path / "slow.jsonl", [line(f"s{i}", "mock-slow") for i in range(10)])
-    submitted = inferd_batch(batch_server, batch_key, "submit", str(source))
+    submitted = inferd_batch(client_server, batch_key, "submit", str(source))
     assert submitted.returncode == 0, submitted.stderr
     assert submitted.stdout.startswith("batch ") and " in_progress " in submitted.stdout
     batch_id = submitted.stdout.split()[1]
-    cancelled = inferd_batch(batch_server, batch_key, "cancel", batch_id)
+    cancelled = inferd_batch(client_server, batch_key, "cancel", batch_id)
     assert cancelled.returncode == 0, cancelled.stderr
     assert json.loads(cancelled.stdout)["status"] in ("cancelling", "cancelled")
 
 
-def test_errors_are_reported_not_raised(batch_server: Server, batch_key: str, tmp_path: Path) -> None:
-    missing = inferd_batch(batch_server, batch_key, "get", "batch_nope")
+def test_errors_are_reported_not_raised(client_server: Server, batch_key: str, tmp_path: Path) -> None:
+    missing = inferd_batch(client_server, batch_key, "get", "batch_nope")
     assert missing.returncode == 1 and "Error:" in missing.stderr and "404" in missing.stderr
-    no_key = inferd_batch(batch_server, None, "list")
+    no_key = inferd_batch(client_server, None, "list")
     assert no_key.returncode == 2 and "--api-key" in no_key.stderr
-    wrong_key = inferd_batch(batch_server, "IFDKNOPE:nope", "list")
+    wrong_key = inferd_batch(client_server, "IFDKNOPE:nope", "list")
     assert wrong_key.returncode == 1 and "401" in wrong_key.stderr
     bad_file = write_jsonl(tmp_path / "bad.jsonl", [])
     bad_file.write_text("not json\n")
-    failed = inferd_batch(batch_server, batch_key, "submit", str(bad_file), "--wait", "--poll-interval", "0.05",
+    failed = inferd_batch(client_server, batch_key, "submit", str(bad_file), "--wait", "--poll-interval", "0.05",
                           "--output-dir", str(tmp_path))
     assert failed.returncode == 1 and "ended failed" in failed.stderr

@@ -31,9 +31,9 @@ def client_for(server: Server, key: str) -> Client:
     return Client(server.base_url, key, timeout=30, retry=RetryPolicy(sleep=lambda s: None))
 
 
-def test_exchange_shape_a_and_b(batch_server: Server) -> None:
+def test_exchange_shape_a_and_b(client_server: Server) -> None:
     org = f"org-{uuid.uuid4().hex[:8]}"
-    with client_for(batch_server, batch_server.create_key(org=org)) as app:
+    with client_for(client_server, client_server.create_key(org=org)) as app:
         minted = app.exchange(idp_token=idp_token("user-a", "a@example.com"), ttl_seconds=10)
         assert minted.full_key and minted.bearer == minted.full_key
         assert minted.full_key == f"{minted.access_key_id}:{minted.secret}"
@@ -41,21 +41,21 @@ def test_exchange_shape_a_and_b(batch_server: Server) -> None:
         with pytest.raises(AuthenticationError) as bad:
             app.exchange(idp_token=idp_token("user-a", "a@example.com", aud="someone-else"))
         assert bad.value.status == 401
-    with client_for(batch_server, batch_server.create_key(org=org, user_email="b@example.com")) as owned:
-        shape_b = owned.exchange(api_key=batch_server.create_key(org=org, user_email="b@example.com"))
+    with client_for(client_server, client_server.create_key(org=org, user_email="b@example.com")) as owned:
+        shape_b = owned.exchange(api_key=client_server.create_key(org=org, user_email="b@example.com"))
         assert shape_b.user_key and shape_b.bearer == shape_b.user_key and shape_b.expires_at
-    with client_for(batch_server, batch_server.create_key(org=org, key_type="admin")) as admin:
+    with client_for(client_server, client_server.create_key(org=org, key_type="admin")) as admin:
         with pytest.raises(PermissionDeniedError):
             admin.exchange(idp_token=idp_token("user-a", "a@example.com"))
-    with client_for(batch_server, minted.bearer) as user:
+    with client_for(client_server, minted.bearer) as user:
         assert user.list_conversations().body == []
 
 
-def test_conversation_routes(batch_server: Server) -> None:
+def test_conversation_routes(client_server: Server) -> None:
     org = f"org-{uuid.uuid4().hex[:8]}"
-    with client_for(batch_server, batch_server.create_key(org=org)) as app:
-        alice = client_for(batch_server, app.exchange(idp_token=idp_token("alice", "alice@example.com")).bearer)
-        bob = client_for(batch_server, app.exchange(idp_token=idp_token("bob", "bob@example.com")).bearer)
+    with client_for(client_server, client_server.create_key(org=org)) as app:
+        alice = client_for(client_server, app.exchange(idp_token=idp_token("alice", "alice@example.com")).bearer)
+        bob = client_for(client_server, app.exchange(idp_token=idp_token("bob", "bob@example.com")).bearer)
         with pytest.raises(PermissionDeniedError) as refused:
             app.list_conversations()  # an application key on a user route: application envelope
         assert refused.value.code == "user_key_required" and refused.value.message
@@ -132,10 +132,10 @@ def test_usage_reports(server: Server) -> None:
             client.usage(metadata="{not json")
 
 
-def test_vectorize_and_sources(batch_server: Server) -> None:
+def test_vectorize_and_sources(client_server: Server) -> None:
     org = f"org-{uuid.uuid4().hex[:8]}"
-    with client_for(batch_server, batch_server.create_key(org=org)) as app:
-        user = client_for(batch_server, app.exchange(idp_token=idp_token("carol", "carol@example.com")).bearer)
+    with client_for(client_server, client_server.create_key(org=org)) as app:
+        user = client_for(client_server, app.exchange(idp_token=idp_token("carol", "carol@example.com")).bearer)
     with user:
         notes = b"Paris is the capital of France. The Seine runs through it.\n" * 20
         first = user.vectorize(0, ("notes.txt", notes), ephemeral=False)
@@ -153,10 +153,10 @@ def test_vectorize_and_sources(batch_server: Server) -> None:
             user.vectorize(0, ("old.doc", b"legacy"))
 
 
-def test_generate_stream(batch_server: Server) -> None:
+def test_generate_stream(client_server: Server) -> None:
     org = f"org-{uuid.uuid4().hex[:8]}"
-    with client_for(batch_server, batch_server.create_key(org=org)) as app:
-        user = client_for(batch_server, app.exchange(idp_token=idp_token("dan", "dan@example.com")).bearer)
+    with client_for(client_server, client_server.create_key(org=org)) as app:
+        user = client_for(client_server, app.exchange(idp_token=idp_token("dan", "dan@example.com")).bearer)
     with user:
         conversation = user.create_conversation(title="Greetings")
         asked = user.add_message(conversation.id, "Say hello")
