@@ -206,3 +206,12 @@ def test_deep_pages_with_metadata_or_deployment_filters(server: Server, app_key:
                       limit=20, **window))
         assert [r["prompt_tokens"] for r in both["data"]] == expected(
             lambda r: r["deployment"] == "dep-b" and r["metadata"] and "search" in r["metadata"], offset - 600, 20)
+
+
+def test_usage_calls_count_once_against_the_rate_limit(server: Server) -> None:
+    key = server.create_key(rpm=4)
+    assert [get(server, key).status_code, get(server, key, "/usage/summary", group_by="model").status_code,
+            get(server, key).status_code, get(server, key, "/usage/summary", group_by="day").status_code] == [200] * 4
+    limited = get(server, key)
+    assert limited.status_code == 429 and limited.json()["error"]["code"] == "rate_limit_exceeded"
+    assert int(limited.headers["Retry-After"]) >= 1
