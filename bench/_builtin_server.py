@@ -18,14 +18,16 @@ import httpx
 
 
 @contextmanager
-def builtin_server() -> Iterator[tuple[str, str]]:
-    """(base URL of /v1, an application key); the server is stopped and the data dir removed after."""
+def builtin_server(user_email: str | None = None) -> Iterator[tuple[str, str]]:
+    """(base URL of /v1, an application key, owned by the user `user_email` when given); the server
+    is stopped and the data dir removed after."""
     venv_bin = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as data:
         env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_") or k == "INFERD_MODEL_DIR"}
         env["INFERD_DATA_DIR"] = data
         created = subprocess.run([str(venv_bin / "inferd"), "keys", "create", "--org", "bench", "--type",
-                                  "application", "--json"], env=env, capture_output=True, text=True, check=True)
+                                  "application", "--json", *(("--user", user_email) if user_email else ())],
+                                 env=env, capture_output=True, text=True, check=True)
         key = json.loads(created.stdout)["full_key"]
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))

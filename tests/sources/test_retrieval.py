@@ -111,3 +111,19 @@ def test_rank_orders_by_cosine_and_skips_other_dimensions() -> None:
     assert ranked[0][1] == 1.0 and abs(ranked[1][1] - 0.6) < 1e-6
     assert rank(matrix, [3, 3, 3, 3], np.array([0, 1, 0], dtype=np.float32), 10)[0][0] == 2
     assert rank(matrix[:0], [], np.array([1, 0, 0], dtype=np.float32), 3) == []
+
+
+def test_each_chunk_keeps_its_own_vector(sources_server: Server, alice: User, searcher: Searcher) -> None:
+    # Chunks of very different lengths are embedded in length order; each must get its own vector back.
+    topics = [("volcano", "The volcano Mount Erebor erupted with lava and ash clouds over the valley. " * 11),
+              ("violin", "She tuned her violin and played a sonata with the string quartet. " * 3),
+              ("tax", "The accountant filed the quarterly tax return and paid the invoices. " * 12),
+              ("penguin", "Emperor penguins huddle together on the Antarctic ice to stay warm. ")]
+    text = "\n\n".join(paragraph.strip() for _, paragraph in topics)
+    created = upload(alice, "mixed.txt", text.encode()).json()
+    assert created["total"]["chunks"] >= 3
+    for word, _ in topics:
+        query = {"volcano": "lava eruption", "violin": "string quartet music", "tax": "accounting invoices",
+                 "penguin": "birds on the Antarctic ice"}[word]
+        best = searcher.search(alice, created["conversation_id"], query, top_k=1)[0]
+        assert word in best["text"].lower(), (word, best["text"][:80])

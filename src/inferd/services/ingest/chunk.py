@@ -8,7 +8,7 @@ overlap keeps a sentence cut at one chunk's end whole at the next one's start.
 from __future__ import annotations
 
 CHUNK_CHARS = 900
-OVERLAP_CHARS = 150
+OVERLAP_CHARS = 120
 _BREAKS = ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ")
 
 

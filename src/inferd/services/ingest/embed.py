@@ -86,7 +86,10 @@ async def embed_texts(deployment: Deployment, texts: list[str]) -> Embedded:
             except (ValueError, KeyError, TypeError) as exc:
                 raise EmbeddingFailed(f"The embedding service answered badly: {exc}", 502) from None
 
-    pieces = [texts[i:i + BATCH_TEXTS] for i in range(0, len(texts), BATCH_TEXTS)]
+    # Texts of like length share a batch, so the encoder pads little (a batch is as long as its longest).
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    ordered = [texts[i] for i in order]
+    pieces = [ordered[i:i + BATCH_TEXTS] for i in range(0, len(ordered), BATCH_TEXTS)]
     tasks = [asyncio.ensure_future(batch(piece)) for piece in pieces]
     try:
         results = await asyncio.gather(*tasks)
@@ -95,7 +98,11 @@ async def embed_texts(deployment: Deployment, texts: list[str]) -> Embedded:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-    matrix = np.concatenate([vectors for vectors, _ in results]) if results else np.zeros((0, 0), np.float32)
     if results and len({vectors.shape[1] for vectors, _ in results}) != 1:
         raise EmbeddingFailed("The embedding service answered vectors of different sizes", 502)
+    matrix = np.zeros((0, 0), np.float32)
+    if results:
+        sorted_rows = np.concatenate([vectors for vectors, _ in results])
+        matrix = np.empty_like(sorted_rows)
+        matrix[np.asarray(order)] = sorted_rows
     return Embedded(normalise_rows(matrix) if len(matrix) else matrix, sum(tokens for _, tokens in results))
