@@ -72,3 +72,16 @@ def test_ids_cannot_change_the_route(scripted: ScriptedServer) -> None:
         client.get_batch("../files/x")
         client.get_conversation("a/b?c")
     assert [s.path for s in scripted.seen] == ["/v1/batches/..%2Ffiles%2Fx", "/v1/conversations/a%2Fb%3Fc"]
+
+
+def test_base_url_and_key_default_from_the_environment(scripted: ScriptedServer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    scripted.answer()
+    monkeypatch.setenv("INFERD_BASE_URL", scripted.url + "/v1")
+    monkeypatch.setenv("INFERD_API_KEY", "IFDKENV:secret")
+    with Client() as client:
+        assert client.base_url == scripted.url
+        client.models()
+        client.with_api_key("IFDKUSER:other").list_sources()
+    assert [s.headers["Authorization"] for s in scripted.seen] == ["Bearer IFDKENV:secret", "Bearer IFDKUSER:other"]
+    assert all(s.headers["User-Agent"].startswith("inferd-client/") for s in scripted.seen)
