@@ -215,3 +215,19 @@ def test_usage_calls_count_once_against_the_rate_limit(server: Server) -> None:
     limited = get(server, key)
     assert limited.status_code == 429 and limited.json()["error"]["code"] == "rate_limit_exceeded"
     assert int(limited.headers["Retry-After"]) >= 1
+
+
+def test_deep_filtered_pages_in_a_window_shorter_than_a_day_or_two(server: Server, app_key: str) -> None:
+    base = datetime(2025, 10, 1, 20, 0, 5)
+    rows = [usage_row(app_key, base + timedelta(seconds=50 * i), prompt=i,
+                      metadata={"feature": "agent"} if i % 5 else {"feature": "other"}) for i in range(2100)]
+    store_rows(server, rows)
+    for start, end in ((datetime(2025, 10, 1, 20, 30), datetime(2025, 10, 2, 23, 10)),  # crosses midnight
+                       (datetime(2025, 10, 2, 0, 0), datetime(2025, 10, 2, 23, 59, 59))):  # hours only
+        window = {"from_": start.isoformat() + "Z", "to": end.isoformat() + "Z"}
+        inside = [r["prompt_tokens"] for r in reversed(rows)
+                  if start <= r["created_at"] < end and "agent" in r["metadata"]]
+        assert len(inside) > 1050
+        for offset in (1000, 1013, 1049, len(inside) - 1, len(inside)):
+            page = ok(get(server, app_key, metadata={"feature": "agent"}, offset=offset, limit=9, **window))
+            assert [r["prompt_tokens"] for r in page["data"]] == inside[offset:offset + 9], (start, offset)

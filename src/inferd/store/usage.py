@@ -226,35 +226,57 @@ class UsageRepository:
             stmt = select(usage_rows).join(ids, usage_rows.c.id == ids.c.id).order_by(*newest_first)
             return [dict(row) for row in (await conn.execute(stmt)).mappings()]
 
-    async def _seek(self, conn: AsyncConnection, query: UsageQuery, offset: int) -> tuple[datetime, int]:
-        """A window end and a smaller offset that name the same page, found by counting matching
-        rows per whole day in the rollup (newest first) rather than walking them."""
-        first_day, last_day = _ceil_day(query.start), _midnight(query.end)
-        if first_day >= last_day:
-            return query.end, offset
-        tail = await conn.scalar(select(func.count()).select_from(usage_rows).where(
-            *self._filters(usage_rows, query, True), usage_rows.c.created_at >= last_day,
-            usage_rows.c.created_at < query.end))
-        skipped = int(tail or 0)
-        if offset < skipped:
-            return query.end, offset
+    async def _counts(self, conn: AsyncConnection, span: str, query: UsageQuery, start: datetime,
+                      end: datetime) -> dict[str, int]:
+        """Matching rows per rollup period (`hour` or `day`) in [start, end)."""
         counts: dict[str, int] = {}
         wanted = list((query.metadata or {}).items())
-        stmt = self._grouped("day", "day", query, first_day, last_day)
-        for row in (await conn.execute(stmt)).all():
+        for row in (await conn.execute(self._grouped(span, span, query, start, end))).all():
             if wanted:
                 tags = orjson.loads(row[1]) if row[1] else {}
                 if any(tags.get(k) != v for k, v in wanted):
                     continue
             counts[row[0]] = counts.get(row[0], 0) + int(row[-5] or 0)
-        day = last_day
-        while day > first_day:
-            count = counts.get((day - timedelta(days=1)).date().isoformat(), 0)
+        return counts
+
+    async def _seek(self, conn: AsyncConnection, query: UsageQuery, offset: int) -> tuple[datetime, int]:
+        """A window end and a smaller offset that name the same page, found by counting matching
+        rows per hour and per day in the rollup (newest first) rather than walking them: the page
+        query then walks at most one hour of rows."""
+        first_hour, last_hour = _ceil_hour(query.start), _floor_hour(query.end)
+        if first_hour >= last_hour:
+            return query.end, offset
+        tail = await conn.scalar(select(func.count()).select_from(usage_rows).where(
+            *self._filters(usage_rows, query, True), usage_rows.c.created_at >= last_hour,
+            usage_rows.c.created_at < query.end))
+        skipped = int(tail or 0)
+        if offset < skipped:
+            return query.end, offset
+        first_day, last_day = max(_ceil_day(first_hour), first_hour), min(_midnight(last_hour), last_hour)
+        if first_day >= last_day:  # no whole day: hours only
+            first_day = last_day = first_hour
+        # newest first: the tail's hours, the whole days, the head's hours
+        hours = await self._counts(conn, "hour", query, max(last_day, first_hour), last_hour)
+        hours.update(await self._counts(conn, "hour", query, first_hour, first_day))
+        days = await self._counts(conn, "day", query, first_day, last_day) if first_day < last_day else {}
+        moment = last_hour
+        while moment > first_hour:
+            whole_day = first_day < moment <= last_day and moment.hour == 0
+            if whole_day:
+                day = moment - timedelta(days=1)
+                count = days.get(_period("day", day), 0)
+                if offset >= skipped + count:
+                    skipped += count
+                    moment = day
+                    continue
+                hours.update(await self._counts(conn, "hour", query, day, moment))  # the page starts here
+            hour = moment - timedelta(hours=1)
+            count = hours.get(_period("hour", hour), 0)
             if offset < skipped + count:
-                return day, offset - skipped
+                return moment, offset - skipped
             skipped += count
-            day -= timedelta(days=1)
-        return first_day, offset - skipped
+            moment = hour
+        return first_hour, offset - skipped
 
     def _grouped(self, source: str, group: str | None, query: UsageQuery, start: datetime,
                  end: datetime) -> Select[Any]:
@@ -270,7 +292,9 @@ class UsageRepository:
                       usage_rollup.c.period < _period(source, end)]
             requests = func.sum(usage_rollup.c.requests)
         keys: list[Any] = []
-        if group == "day":
+        if group == "hour":  # the seek's buckets: hour rollup rows only
+            keys.append(usage_rollup.c.period)
+        elif group == "day":
             if source == "day":
                 keys.append(usage_rollup.c.period)
             elif source == "hour":
