@@ -154,6 +154,18 @@ def _ceil_hour(moment: datetime) -> datetime:
     return hour if hour == moment else hour + timedelta(hours=1)
 
 
+_FINER = {"month": "day", "day": "hour"}
+
+
+def _step_back(span: str, moment: datetime) -> datetime:
+    """The start of the `span` period that ends at `moment` (a period boundary)."""
+    if span == "hour":
+        return moment - timedelta(hours=1)
+    if span == "day":
+        return moment - timedelta(days=1)
+    return _month_start(moment - timedelta(days=1))
+
+
 def _ranges(start: datetime, end: datetime, months: bool) -> list[tuple[str, datetime, datetime]]:
     """Split [start, end) into the coarsest rollup periods that fit, as (source, from, to): whole
     months (when `months`), whole days, whole hours (`month`, `day`, `hour`: the rollup) and the
@@ -226,9 +238,33 @@ class UsageRepository:
             stmt = select(usage_rows).join(ids, usage_rows.c.id == ids.c.id).order_by(*newest_first)
             return [dict(row) for row in (await conn.execute(stmt)).mappings()]
 
-    async def _counts(self, conn: AsyncConnection, span: str, query: UsageQuery, start: datetime,
-                      end: datetime) -> dict[str, int]:
-        """Matching rows per rollup period (`hour` or `day`) in [start, end)."""
+    async def _seek(self, conn: AsyncConnection, query: UsageQuery, offset: int) -> tuple[datetime, int]:
+        """A window end and a smaller offset that name the same page, found by counting matching
+        rows in the rollup, newest first, by month, then day, then hour, rather than walking
+        them: the page query then walks at most one hour of rows."""
+        skipped = 0
+        for source, start, end in sorted(_ranges(query.start, query.end, months=True), key=lambda part: part[2],
+                                         reverse=True):
+            if source == "rows":
+                if start == query.start:  # the oldest ragged minutes: the page query walks them
+                    return end, offset - skipped
+                count = int(await conn.scalar(select(func.count()).select_from(usage_rows).where(
+                    *self._filters(usage_rows, query, True), usage_rows.c.created_at >= start,
+                    usage_rows.c.created_at < end)) or 0)
+                if offset < skipped + count:
+                    return end, offset - skipped
+                skipped += count
+                continue
+            found, within = await self._walk(conn, query, source, start, end, offset - skipped)
+            if found is not None:
+                return found, within
+            skipped += within
+        return query.start, 0
+
+    async def _walk(self, conn: AsyncConnection, query: UsageQuery, span: str, start: datetime, end: datetime,
+                    remaining: int) -> tuple[datetime | None, int]:
+        """Within [start, end) of whole `span` periods, newest first: (the end of the hour holding
+        the `remaining`-th matching row, how many to skip there), or (None, matching rows in all)."""
         counts: dict[str, int] = {}
         wanted = list((query.metadata or {}).items())
         for row in (await conn.execute(self._grouped(span, span, query, start, end))).all():
@@ -237,46 +273,17 @@ class UsageRepository:
                 if any(tags.get(k) != v for k, v in wanted):
                     continue
             counts[row[0]] = counts.get(row[0], 0) + int(row[-5] or 0)
-        return counts
-
-    async def _seek(self, conn: AsyncConnection, query: UsageQuery, offset: int) -> tuple[datetime, int]:
-        """A window end and a smaller offset that name the same page, found by counting matching
-        rows per hour and per day in the rollup (newest first) rather than walking them: the page
-        query then walks at most one hour of rows."""
-        first_hour, last_hour = _ceil_hour(query.start), _floor_hour(query.end)
-        if first_hour >= last_hour:
-            return query.end, offset
-        tail = await conn.scalar(select(func.count()).select_from(usage_rows).where(
-            *self._filters(usage_rows, query, True), usage_rows.c.created_at >= last_hour,
-            usage_rows.c.created_at < query.end))
-        skipped = int(tail or 0)
-        if offset < skipped:
-            return query.end, offset
-        first_day, last_day = max(_ceil_day(first_hour), first_hour), min(_midnight(last_hour), last_hour)
-        if first_day >= last_day:  # no whole day: hours only
-            first_day = last_day = first_hour
-        # newest first: the tail's hours, the whole days, the head's hours
-        hours = await self._counts(conn, "hour", query, max(last_day, first_hour), last_hour)
-        hours.update(await self._counts(conn, "hour", query, first_hour, first_day))
-        days = await self._counts(conn, "day", query, first_day, last_day) if first_day < last_day else {}
-        moment = last_hour
-        while moment > first_hour:
-            whole_day = first_day < moment <= last_day and moment.hour == 0
-            if whole_day:
-                day = moment - timedelta(days=1)
-                count = days.get(_period("day", day), 0)
-                if offset >= skipped + count:
-                    skipped += count
-                    moment = day
-                    continue
-                hours.update(await self._counts(conn, "hour", query, day, moment))  # the page starts here
-            hour = moment - timedelta(hours=1)
-            count = hours.get(_period("hour", hour), 0)
-            if offset < skipped + count:
-                return moment, offset - skipped
-            skipped += count
-            moment = hour
-        return first_hour, offset - skipped
+        passed, moment = 0, end
+        while moment > start:
+            earlier = _step_back(span, moment)
+            count = counts.get(_period(span, earlier), 0)
+            if remaining < passed + count:
+                if span == "hour":
+                    return moment, remaining - passed
+                return await self._walk(conn, query, _FINER[span], earlier, moment, remaining - passed)
+            passed += count
+            moment = earlier
+        return None, passed
 
     def _grouped(self, source: str, group: str | None, query: UsageQuery, start: datetime,
                  end: datetime) -> Select[Any]:
@@ -292,7 +299,7 @@ class UsageRepository:
                       usage_rollup.c.period < _period(source, end)]
             requests = func.sum(usage_rollup.c.requests)
         keys: list[Any] = []
-        if group == "hour":  # the seek's buckets: hour rollup rows only
+        if group in ("hour", "month"):  # the seek's buckets, from that span's rollup rows only
             keys.append(usage_rollup.c.period)
         elif group == "day":
             if source == "day":
