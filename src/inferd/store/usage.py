@@ -1,16 +1,16 @@
-"""Usage rows and their per-day rollup: the writer's rollup deltas and the report queries.
+"""Usage rows and their rollup (per UTC hour, day and month): the writer's deltas and the reports.
 
-Summaries read whole UTC months and days from `usage_rollup` and only the partial first and last
-day of a window from `usage_rows`, so a year costs some thousands of small rows, never the
-millions of calls behind them. The same queries run on SQLite and PostgreSQL.
+Summaries read whole months, days and hours from `usage_rollup` and only the ragged minutes at
+either end of a window from `usage_rows`, so a year costs some thousands of small rows, never
+the millions of calls behind them. The same queries run on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any, Iterable
 
 import orjson
@@ -124,8 +124,7 @@ class SummaryGroup:
     cost_usd: float = 0.0
 
 
-SIMPLE_GROUPS = ("model", "workspace", "deployment", "key_id", "user_id")
-SEEK_FROM_OFFSET = 1000  # deep pages with filters no index covers skip whole days by their rollup counts
+SEEK_FROM_OFFSET = 1000  # deep pages with filters no index covers skip whole periods by their rollup counts
 
 
 def _midnight(moment: datetime) -> datetime:
@@ -222,8 +221,8 @@ class UsageRepository:
 
         The offset is walked over ids alone, which the page indexes cover (an index-only scan),
         and only the page's own rows are read whole. Filters no index covers (metadata,
-        deployment) would make a deep offset read every skipped row, so whole days are skipped
-        by their rollup counts first and at most one day is walked."""
+        deployment) would make a deep offset read every skipped row, so whole months, days and
+        hours are skipped by their rollup counts first and at most one hour of rows is walked."""
         if not query.key_ids:
             return []
         newest_first = (usage_rows.c.created_at.desc(), usage_rows.c.id.desc())
@@ -320,8 +319,9 @@ class UsageRepository:
 
     async def summary(self, query: UsageQuery, group: str | None) -> list[SummaryGroup]:
         """Totals per group (`model`, `workspace`, `deployment`, `key_id`, `user_id`, `day`,
-        `metadata.<tag>`, or None for one total), in no particular order. Whole months and days come
-        from the rollups, the partial first and last day from the rows (user_id: rows only)."""
+        `metadata.<tag>`, or None for one total), in no particular order. Whole months, days and
+        hours come from the rollup, the ragged minutes at either end from the rows (user_id, not a
+        rollup dimension: rows only)."""
         if not query.key_ids:
             return []
         if group == "user_id":  # not a rollup dimension
