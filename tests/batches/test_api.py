@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -101,4 +102,6 @@ def test_batch_object_shape(api_server: Server) -> None:
     assert batch["expires_at"] - batch["created_at"] == 600
     assert batch["request_counts"] == {"total": 0, "completed": 0, "failed": 0}
     assert batch["metadata"] == {"team": "search"} and batch["errors"] is None
+    assert httpx.get(f"{api_server.v1}/batches/{batch['id']}", headers=auth(key)).json() == batch
+    time.sleep(1.5)  # `inferd serve --no-batch-worker` runs no worker: nothing picks the batch up
     assert httpx.get(f"{api_server.v1}/batches/{batch['id']}", headers=auth(key)).json() == batch

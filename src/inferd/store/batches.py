@@ -115,11 +115,15 @@ class BatchRepository:
 
     # --- the worker side -------------------------------------------------------------------
 
-    async def claim(self, owner: str, lease_seconds: float, skip: Iterable[str] = ()) -> dict[str, Any] | None:
-        """Lease the oldest live batch nobody holds (SKIP LOCKED on PostgreSQL)."""
+    async def claim(self, owner: str, lease_seconds: float, skip: Iterable[str] = (),
+                    expired_only: bool = False) -> dict[str, Any] | None:
+        """Lease the oldest live batch nobody holds (SKIP LOCKED on PostgreSQL); with
+        `expired_only`, one whose window has elapsed."""
         now = utcnow()
         free = or_(batches.c.lease_until.is_(None), batches.c.lease_until < now)
         query = select(batches.c.id).where(batches.c.status.in_(("in_progress", "cancelling")), free)
+        if expired_only:
+            query = query.where(batches.c.expires_at <= now)
         skipped = list(skip)
         if skipped:
             query = query.where(batches.c.id.notin_(skipped))

@@ -208,6 +208,13 @@ class BatchWorker:
             heartbeat.cancel()
             self._runs.pop(row["id"], None)
 
+    async def _claim(self, expired_only: bool = False) -> bool:
+        row = await self.service.repo.claim(self.owner, LEASE_SECONDS, skip=self._runs, expired_only=expired_only)
+        if row is None:
+            return False
+        self._runs[row["id"]] = asyncio.create_task(self._run_one(row), name=f"batch-{row['id']}")
+        return True
+
     async def cleanup(self) -> int:
         """Delete files past their retention."""
         return await self.service.files.delete_expired(utcnow())
@@ -221,10 +228,11 @@ class BatchWorker:
                     next_cleanup = time.monotonic() + self.interval
                     await self.cleanup()
                 while len(self._runs) < MAX_BATCHES:
-                    row = await self.service.repo.claim(self.owner, LEASE_SECONDS, skip=self._runs)
-                    if row is None:
+                    if not await self._claim():
                         break
-                    self._runs[row["id"]] = asyncio.create_task(self._run_one(row), name=f"batch-{row['id']}")
+                # Expiry does not wait for room: an expired batch only needs its files written.
+                while await self._claim(expired_only=True):
+                    pass
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
