@@ -4,6 +4,7 @@ embedding model is an HTTP upstream on a dead port. Helpers to upload and to rea
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -59,14 +60,18 @@ def sources_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, u
 @pytest.fixture(scope="session")
 def dead_embedder_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend,
                          upstream: Upstream) -> Iterator[Server]:
-    """A server whose `[conversations] embedding_model` is an openai-engine model nobody serves."""
+    """A server whose `[conversations] embedding_model` is an openai-engine model nobody serves: its
+    port stays bound (never listening) by this process, so no other server can take it meanwhile."""
     folder = tmp_path_factory.mktemp("dead-embedder")
-    config = write_config(folder / "inferd.toml", DEAD_EMBEDDER_TOML, upstream)
-    srv = Server.start(folder, backend, config)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    with socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))
+        config = folder / "inferd.toml"
+        config.write_text(DEAD_EMBEDDER_TOML.format(dead_port=dead.getsockname()[1]), encoding="utf-8")
+        srv = Server.start(folder, backend, config)
+        try:
+            yield srv
+        finally:
+            srv.stop()
 
 
 @dataclass
