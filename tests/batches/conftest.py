@@ -77,8 +77,9 @@ def _own_backend(tmp: Path) -> tuple[Backend, str | None]:
     return Backend(f"sqlite:///{tmp / 'inferd.db'}", redis_url, prefix), None
 
 
-def _server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, label: str, window: float,
-            retention: float, batch_worker: bool) -> Iterator[Server]:
+def serve_batches(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, label: str, window: float,
+                  retention: float, batch_worker: bool) -> Iterator[Server]:
+    """A server with its own database and a `[batches]` table (a generator: next() starts it, close() ends it)."""
     folder = tmp_path_factory.mktemp(label)
     template = BATCH_TOML.replace("@WINDOW@", str(window)).replace("@RETENTION@", str(retention))
     config = write_config(folder / "inferd.toml", template, upstream)
@@ -96,19 +97,19 @@ def _server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, label:
 @pytest.fixture(scope="session")
 def batch_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
     """`inferd serve` with its batch worker; a long window and retention."""
-    yield from _server(tmp_path_factory, upstream, "batch", 600, 600, batch_worker=True)
+    yield from serve_batches(tmp_path_factory, upstream, "batch", 600, 600, batch_worker=True)
 
 
 @pytest.fixture(scope="session")
 def short_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
     """`inferd serve` with its batch worker; a 5 s window and a 3 s file retention."""
-    yield from _server(tmp_path_factory, upstream, "short", 5, 3, batch_worker=True)
+    yield from serve_batches(tmp_path_factory, upstream, "short", 5, 3, batch_worker=True)
 
 
 @pytest.fixture(scope="session")
 def api_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
     """`inferd serve --no-batch-worker`: batches wait for a separately started worker."""
-    yield from _server(tmp_path_factory, upstream, "api", 600, 600, batch_worker=False)
+    yield from serve_batches(tmp_path_factory, upstream, "api", 600, 600, batch_worker=False)
 
 
 class Worker:

@@ -4,14 +4,16 @@ lines that reached the engine. Several workers share batches safely."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from typing import Any
 
 import orjson
+import pytest
 
-from tests.batches.conftest import Worker, batch_usage, content, create, get, request_line, wait_for
-from tests.harness import Server
+from tests.batches.conftest import Worker, serve_batches, batch_usage, content, create, get, request_line, wait_for
+from tests.harness import Server, Upstream
 
 
 def _lines(prefix: str, count: int) -> tuple[list[dict[str, Any]], set[str], set[str]]:
@@ -100,3 +102,30 @@ def test_two_workers_share_batches_one_dies(api_server: Server) -> None:
     usage = _usage_by_line(api_server, key)
     assert set(usage.values()) == {1}
     assert set(usage) == all_ok | all_engine_failed
+
+
+def test_sigkill_the_server_with_its_worker(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> None:
+    """The same with the worker inside `inferd serve`: kill the server, start it again."""
+    servers = serve_batches(tmp_path_factory, upstream, "killserve", 600, 600, batch_worker=True)
+    server = next(servers)
+    try:
+        key = server.create_key()
+        lines, ok, engine_failed = _lines("s", 1000)
+        batch = create(server, key, lines)
+        deadline = time.monotonic() + 60
+        while get(server, key, batch["id"])["request_counts"]["completed"] < 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        server.stop(signal.SIGKILL)
+        assert server.process.returncode == -signal.SIGKILL
+        restarted = Server.start(server.data_dir, server.backend, server.config, batch_worker=True)
+        try:
+            done = wait_for(restarted, key, batch["id"], ("completed",), timeout=90)
+            _check_exactly_once(restarted, key, done, lines, ok, engine_failed)
+            usage = _usage_by_line(restarted, key)
+        finally:
+            restarted.stop()
+        assert set(usage.values()) == {1}
+        assert set(usage) == ok | engine_failed
+    finally:
+        servers.close()
