@@ -14,8 +14,13 @@ from inferd.engines.base import EmbeddingEngine
 from inferd.errors import InferdError, NotFound, ServiceUnavailable
 from inferd.store.keys import KeyRecord
 
-BATCH_TEXTS = 64  # texts per engine call: the built-in engine's own batch size
-CONCURRENCY = 2  # engine calls in flight: HTTP upstreams overlap them, in-process engines queue them
+# Texts per engine call and calls in flight. An in-process encoder is fastest on small batches whose
+# activations stay in cache (8 texts of ~200 tokens: about 20% more tokens/s than 64 on this machine),
+# one call at a time, since it would merge waiting calls into one larger batch; an HTTP upstream gets
+# larger batches, several in flight, to hide the round trips.
+IN_PROCESS_PLAN = (8, 1)
+HTTP_PLAN = (32, 4)
+HTTP_ENGINES = ("openai",)
 
 
 @dataclass
@@ -73,7 +78,8 @@ async def embed_texts(deployment: Deployment, texts: list[str]) -> Embedded:
     """Embed `texts` in batches; EmbeddingFailed (503) when the engine fails."""
     engine = cast(EmbeddingEngine, deployment.engine)
     model_name = deployment.config.upstream_model or deployment.id
-    gate = asyncio.Semaphore(CONCURRENCY)
+    batch_texts, concurrency = HTTP_PLAN if deployment.config.engine in HTTP_ENGINES else IN_PROCESS_PLAN
+    gate = asyncio.Semaphore(concurrency)
 
     async def batch(piece: list[str]) -> tuple[np.ndarray, int]:
         async with gate:
@@ -89,7 +95,7 @@ async def embed_texts(deployment: Deployment, texts: list[str]) -> Embedded:
     # Texts of like length share a batch, so the encoder pads little (a batch is as long as its longest).
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     ordered = [texts[i] for i in order]
-    pieces = [ordered[i:i + BATCH_TEXTS] for i in range(0, len(ordered), BATCH_TEXTS)]
+    pieces = [ordered[i:i + batch_texts] for i in range(0, len(ordered), batch_texts)]
     tasks = [asyncio.ensure_future(batch(piece)) for piece in pieces]
     try:
         results = await asyncio.gather(*tasks)
