@@ -68,7 +68,8 @@ def test_a_turn_searches_the_sources_and_is_stored(gen_server: Server, upstream:
     chats = [r["body"] for r in upstream.requests() if r["path"] == "/v1/chat/completions"
              and r["body"]["model"] == "mock-agent"][-2:]
     assert chats[0]["tools"][0]["function"]["name"] == "search_sources"
-    assert "AMBER-7731" in chats[1]["messages"][-1]["content"] and chats[1]["messages"][-1]["role"] == "tool"
+    assert "AMBER-7731" in chats[1]["messages"][-2]["content"] and chats[1]["messages"][-2]["role"] == "tool"
+    assert chats[1]["messages"][-1]["role"] == "user" and "tools" not in chats[1]  # now answer, no more search
 
     detail = alice.detail(cid)
     rows = detail["messages"]
@@ -120,6 +121,7 @@ def test_tool_steps_are_capped(alice: EndUser) -> None:
     assert frames[-1] == "[DONE]"
     assert sum(1 for f in frames if isinstance(f, dict) and f.get("type") == "tool_call") == 2
     rows = alice.detail(cid)["messages"]
+    assert [m["tool_status"] for m in rows if m["role"] == "tool"] == ["error", "error"]  # empty queries
     assert [(m["role"], m["finish_reason"]) for m in rows] == [
         ("user", None), ("assistant", "tool_calls"), ("tool", None), ("assistant", "tool_calls"), ("tool", None),
         ("assistant", "stop")]

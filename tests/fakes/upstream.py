@@ -14,7 +14,8 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-flaky-<N>`       answers 503 to the first N requests with the same messages, then normally
 - `mock-agent`           (streams) calls the first offered tool with `{"query": <last user message>}`,
                          then, once a tool result is in the messages, answers "From the sources: " and
-                         the result's first 40 words (`mock-agent-loop`: always calls the tool;
+                         the result's first 40 words (`mock-agent-loop`: always calls the tool, with
+                         an empty query;
                          `mock-agent-drop`: after the tool result, two words, then the connection closes)
 
 Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
@@ -118,7 +119,7 @@ def _agent_step(body: dict[str, Any], model: str) -> tuple[list[Any], str]:
     tools = body.get("tools") or []
     if tools and (last.get("role") != "tool" or model == "mock-agent-loop"):
         question = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
-        arguments = json.dumps({"query": question})
+        arguments = json.dumps({"query": "" if model == "mock-agent-loop" else question})
         call_id = f"call_{len(messages)}"
         name = tools[0]["function"]["name"]
         return [{"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}},

@@ -2,7 +2,8 @@
 
 Every model step goes through the chat corridor (`ChatService`: catalogue, thinking rules,
 context fit, engine, one usage row in workspace `conversations`), exactly as an HTTP chat would.
-The model may call `search_sources` over the conversation's active sources; each step is stored
+The model may call `search_sources` over the conversation's active sources (until a search finds
+passages, or `max_tool_steps` steps; then it answers without tools); each step is stored
 as it ends (assistant tool-call rows, tool rows, the final assistant row, all sharing a
 `turn_id`), so an engine failure or a client that leaves keeps what was written and bills what ran.
 
@@ -43,6 +44,7 @@ SYSTEM_PROMPT = ("You are a helpful assistant. Documents the user attached to th
                  "returns.")
 TITLE_PROMPT = "Write a title of at most six words for a conversation that starts with the message below. " \
                "Answer with the title only."
+ANSWER_NUDGE = "Answer my question from the passages above."
 DONE = b"data: [DONE]\n\n"
 
 
@@ -166,9 +168,13 @@ class GenerateTurn:
             await emit(sse({"type": "sources", "conversation_id": self._conversation_id, "active": True}))
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, *history_messages(self._history)]
         try:
+            found = False  # a search returned passages: the next step answers from them
             for step in range(self._max_steps + 1):
-                offer_tools = self._has_sources and step < self._max_steps and self._tools_capable()
-                output = await self._step(messages, offer_tools, emit)
+                offer_tools = self._has_sources and step < self._max_steps and self._tools_capable() and not found
+                # Small models (the built-in 0.5B) keep calling tools unless told to answer now; the
+                # nudge goes upstream only and is never stored.
+                step_messages = messages + [{"role": "user", "content": ANSWER_NUDGE}] if found else messages
+                output = await self._step(step_messages, offer_tools, emit)
                 if output is None:
                     return  # an error frame was sent
                 calls = output.calls() if offer_tools else []
@@ -181,7 +187,7 @@ class GenerateTurn:
                     await emit(sse({"type": "message", "message_id": final, "finish_reason": finish,
                                     "turn_id": self._turn_id}))
                     break
-                await self._tool_step(output, calls, messages, emit)
+                found = await self._tool_step(output, calls, messages, emit)
             await self._title(emit)
             await emit(DONE)
         except InferdError as exc:
@@ -226,8 +232,10 @@ class GenerateTurn:
         return output
 
     async def _tool_step(self, output: StepOutput, calls: list[dict[str, Any]], messages: list[dict[str, Any]],
-                         emit: Callable[[bytes], Awaitable[None]]) -> None:
-        """Store the tool-call row, run each call, store its result row, extend the messages."""
+                         emit: Callable[[bytes], Awaitable[None]]) -> bool:
+        """Store the tool-call row, run each call, store its result row, extend the messages;
+        True when a search returned passages."""
+        found = False
         content = "".join(output.content)
         await self._save(NewMessage(role="assistant", message=content, user_id=self._user_id,
                                     reasoning_content="".join(output.reasoning) or None,
@@ -245,6 +253,8 @@ class GenerateTurn:
             await emit(sse({"type": "tool_result", "tool_call_id": call["id"], "tool_name": name,
                             "tool_status": status, "message_id": row_id}))
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+            found = found or (status == "ok" and result != retrieval.format_hits([]))
+        return found
 
     async def _run_tool(self, name: str, arguments: str) -> tuple[str, str]:
         """(result text, `ok` or `error`) of one tool call; failures go back to the model as text."""
