@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.batches.conftest import create, request_line, upload, jsonl, wait_for
+from tests.batches.conftest import content, create, jsonl, request_line, upload, wait_for
 from tests.harness import Server, auth
 
 
@@ -105,3 +105,18 @@ def test_batch_object_shape(api_server: Server) -> None:
     assert httpx.get(f"{api_server.v1}/batches/{batch['id']}", headers=auth(key)).json() == batch
     time.sleep(1.5)  # `inferd serve --no-batch-worker` runs no worker: nothing picks the batch up
     assert httpx.get(f"{api_server.v1}/batches/{batch['id']}", headers=auth(key)).json() == batch
+
+
+def test_cancel_before_any_worker_read_the_file_counts_every_line(api_server: Server) -> None:
+    # No worker runs beside api_server: the cancel finds the input unread, yet its lines are the
+    # batch's requests; they count in total only and go to the error file as cancelled.
+    key = api_server.create_key()
+    batch = create(api_server, key, [request_line(f"c{i}") for i in range(3)])
+    cancelled = httpx.post(f"{api_server.v1}/batches/{batch['id']}/cancel", headers=auth(key), timeout=30).json()
+    assert cancelled["status"] == "cancelled"
+    assert cancelled["request_counts"] == {"total": 3, "completed": 0, "failed": 0}
+    assert cancelled["output_file_id"] is None
+    errors = content(api_server, key, cancelled["error_file_id"])
+    assert sorted(line["custom_id"] for line in errors) == ["c0", "c1", "c2"]
+    assert {line["error"]["code"] for line in errors} == {"batch_cancelled"}
+    assert all(line["response"] is None for line in errors)

@@ -17,6 +17,7 @@ from inferd.store.batches import BatchRepository
 from inferd.store.db import utcnow
 from inferd.store.files import FileStore, StoredFile
 from inferd.store.keys import KeyRecord
+from inferd.worker.validate import validate_file
 
 ENDPOINT = "/v1/chat/completions"
 WINDOW = "24h"
@@ -138,12 +139,25 @@ class BatchService:
         assert row is not None
         return await self.render(row)
 
+    async def _load_unrun_lines(self, row: dict[str, Any], owner: str) -> None:
+        """A batch cancelled or expired before a worker read its input: its lines still count in
+        `request_counts.total` and go to the error file (the spec's rule for unrun lines), so
+        the file is read now. A file that would have been rejected as a whole adds nothing."""
+        stored = await self.files.get(row["input_file_id"])
+        if stored is None:
+            return
+        checked = await asyncio.to_thread(validate_file, self.files.absolute(stored))
+        if not checked.errors:
+            await self.repo.store_lines(row["id"], owner, LEASE_SECONDS, checked.lines)
+
     async def finalise(self, batch_id: str, owner: str, status: str,
                        errors: dict[str, Any] | None = None) -> None:
         """Write the output and error files from the stored line results, then the terminal
         status, atomically. Lines that never ran go to the error file (expired, cancelled)."""
         row = await self.repo.get(batch_id)
         assert row is not None
+        if status in UNRUN_CODES and not row["validated"]:
+            await self._load_unrun_lines(row, owner)
         lines = await self.repo.all_lines(batch_id)
         code, message = UNRUN_CODES.get(status, ("batch_not_run", "The request did not run"))
         output: list[bytes] = []
