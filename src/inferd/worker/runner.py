@@ -67,8 +67,11 @@ class _BatchRun:
                 log.warning("lease renewal of %s failed: %s", self.id, exc)
 
     def lose(self) -> None:
-        """Another worker took the batch: stop its lines at once."""
+        """Another worker took the batch: stop its lines at once. Results not yet recorded are
+        dropped (the new holder runs those lines again), so their cost leaves the budget view."""
         self.lost = True
+        self.worker.lines.settle(self.results)
+        self.results = []
         for task in self.in_flight:
             task.cancel()
 
@@ -116,7 +119,10 @@ class _BatchRun:
         finally:
             slots.release()
         if result is not None:
-            self.results.append(result)
+            if self.lost:  # never to be recorded by this worker: its cost leaves the budget view
+                self.worker.lines.settle([result])
+            else:
+                self.results.append(result)
 
     async def run(self) -> None:
         """Validate (first time), run the pending lines, drain, finalise."""
