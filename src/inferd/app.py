@@ -27,7 +27,8 @@ from inferd.api import sources as sources_routes
 from inferd.api import vectorize as vectorize_routes
 from inferd.api import models as models_routes
 from inferd.api import usage as usage_routes
-from inferd.api.asgi import Receive, Scope, Send
+from inferd.api.asgi import Receive, Scope, Send, error_body
+from inferd.api.body_limits import DEFAULT_BODY_TIMEOUT_S, Authenticate, BodyLimits
 from inferd.api.chat import ChatCompletionsRoute
 from inferd.api.embeddings import EmbeddingsRoute
 from inferd.api.rerank import RerankRoute
@@ -120,15 +121,9 @@ async def build_services(settings: Settings) -> Services:
                     batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches))
 
 
-# Conversation and source routes answer errors in the application envelope (CONTRACT.md decision 8).
-USER_SCOPED_PREFIXES = ("/v1/conversations", "/v1/sources")
-
-
 def _error_response(exc: InferdError, path: str = "") -> Response:
-    if path.startswith(USER_SCOPED_PREFIXES):
-        return Response(exc.app_body(), status_code=exc.status, headers=exc.headers, media_type="application/json")
     media_type = getattr(exc, "content_type", "application/json")
-    return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type=media_type)
+    return Response(error_body(exc, path), status_code=exc.status, headers=exc.headers, media_type=media_type)
 
 
 def _install_error_handlers(api: FastAPI) -> None:
@@ -189,6 +184,13 @@ class InferdApp:
         self.api.include_router(conversation_routes.router)
         self.api.include_router(sources_routes.router)
         self.api.include_router(vectorize_routes.router)
+        self._cold = BodyLimits(self.api, self.api.router.routes, self._authenticator, self._body_timeout_s)
+
+    def _authenticator(self) -> Authenticate | None:
+        return self.services.auth.authenticate if self.services is not None else None
+
+    def _body_timeout_s(self) -> float:
+        return self.services.config.limits.body_timeout_s if self.services is not None else DEFAULT_BODY_TIMEOUT_S
 
     @asynccontextmanager
     async def _lifespan(self, api: FastAPI) -> AsyncIterator[None]:
@@ -200,6 +202,8 @@ class InferdApp:
             "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.writer),
             "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.writer),
         }
+        for route in self._hot.values():
+            route.body_timeout_s = services.config.limits.body_timeout_s
         batch_worker = worker_for(services) if self.settings.batch_worker else None
         if batch_worker is not None:
             batch_worker.start()
@@ -219,7 +223,7 @@ class InferdApp:
             if route is not None:
                 await route(scope, receive, send)
                 return
-        await self.api(scope, receive, send)
+        await self._cold(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> InferdApp:

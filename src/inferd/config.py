@@ -84,6 +84,16 @@ class BatchConfig:
 
 
 @dataclass(frozen=True)
+class RequestLimits:
+    """The `[limits]` table: what one request may take of the server (CONTRACT.md decision 22).
+
+    The byte caps per route are fixed by the contract; the operator sets how long a body may take
+    to arrive: `body_timeout_s` of grace, then at least 64 KiB/s on average (408 otherwise)."""
+
+    body_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
 class Catalogue:
     """Everything the TOML file holds."""
 
@@ -91,6 +101,7 @@ class Catalogue:
     idp: IdpConfig | None = None
     conversations: Mapping[str, Any] = field(default_factory=dict)
     batches: BatchConfig = field(default_factory=BatchConfig)
+    limits: RequestLimits = field(default_factory=RequestLimits)
     source: str = "built-in catalogue"
 
 
@@ -154,7 +165,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
-_TOP_LEVEL = ("models", "idp", "conversations", "batches")
+_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits")
 
 
 class _Where:
@@ -295,6 +306,16 @@ def _parse_batches(where: _Where, raw: dict[str, Any]) -> BatchConfig:
     return BatchConfig(**values)
 
 
+def _parse_limits(where: _Where, raw: dict[str, Any]) -> RequestLimits:
+    for key, value in raw.items():
+        if key != "body_timeout_s":
+            raise where.fail("[limits]", key, "unknown key (known: body_timeout_s)")
+        _typecheck(where, "[limits]", key, value, (int, float))
+        if value <= 0:
+            raise where.fail("[limits]", key, "must be positive")
+    return RequestLimits(body_timeout_s=float(raw.get("body_timeout_s", RequestLimits.body_timeout_s)))
+
+
 # `[conversations]` keys and their types (CONTRACT.md); readers use `.get(key, default)`.
 _CONVERSATION_KEYS: dict[str, type | tuple[type, ...]] = {
     "embedding_model": str, "default_chat_model": str, "max_tool_steps": int,
@@ -341,7 +362,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
                 raise where.fail(f"[[models]] (id '{model.id}')", "aliases",
                                  f"{name!r} already names model {seen[name]!r}")
             seen[name] = model.id
-    for table in ("conversations", "batches"):
+    for table in ("conversations", "batches", "limits"):
         if table in raw and not isinstance(raw[table], dict):
             raise where.fail(f"[{table}]", None, "expected a table")
     return Catalogue(
@@ -349,5 +370,6 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         idp=_parse_idp(where, raw["idp"]) if "idp" in raw else None,
         conversations=_parse_conversations(where, raw.get("conversations", {})),
         batches=_parse_batches(where, raw.get("batches", {})),
+        limits=_parse_limits(where, raw.get("limits", {})),
         source=str(path),
     )

@@ -73,8 +73,23 @@ class Unprocessable(InferdError):
     status, type, code = 422, "invalid_request_error", "validation_error"
 
 
-class PayloadTooLarge(InferdError):
-    status, type, code = 413, "invalid_request_error", "payload_too_large"
+class _ClosesConnection(InferdError):
+    """Refuses a body before it is read whole: the connection closes after the answer, so the
+    server never reads the rest of the body (CONTRACT.md decision 22)."""
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("Connection", "close")
+
+
+class PayloadTooLarge(_ClosesConnection):
+    status, type, code = 413, "invalid_request_error", "request_too_large"
+
+
+class RequestTimeout(_ClosesConnection):
+    """The request body arrived slower than the server waits for."""
+
+    status, type, code = 408, "invalid_request_error", "request_timeout"
 
 
 class RateLimited(InferdError):

@@ -1,13 +1,11 @@
-"""Small helpers for the raw-ASGI hot routes: read the body, find a header, send bytes."""
+"""Small helpers for the raw-ASGI routes: find a header, send bytes, send an error."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Awaitable, Callable
 
-import orjson
-
-from inferd.errors import InferdError, InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from inferd.errors import InferdError, MethodNotAllowed
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -31,39 +29,6 @@ def header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def read_json_object(scope: Scope, receive: Receive, limit: int) -> dict[str, Any]:
-    """The request body parsed as a JSON object: 413 over `limit` bytes, 400 when not an object."""
-    length = header(scope, b"content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise PayloadTooLarge(f"Request body over {limit} bytes")
-    message = await receive()
-    if message["type"] == "http.disconnect":
-        raise ClientGone()
-    body = message.get("body", b"")
-    if message.get("more_body"):
-        chunks = [body]
-        size = len(body)
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"Request body over {limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
-    if not isinstance(parsed, dict):
-        raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
-    return parsed
-
-
 async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
                      ) -> None:
     """A complete response."""
@@ -72,11 +37,20 @@ async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[b
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_error(send: Send, exc: InferdError) -> None:
-    """An error in the wire envelope (relayed model errors keep the upstream's body)."""
+# Conversation and source routes answer errors in the application envelope (CONTRACT.md decision 8).
+USER_SCOPED_PREFIXES = ("/v1/conversations", "/v1/sources")
+
+
+def error_body(exc: InferdError, path: str) -> bytes:
+    """The error in the envelope of the route at `path`."""
+    return exc.app_body() if path.startswith(USER_SCOPED_PREFIXES) else exc.body()
+
+
+async def send_error(send: Send, exc: InferdError, path: str = "") -> None:
+    """An error in the route's wire envelope (relayed model errors keep the upstream's body)."""
     headers = [(b"content-type", getattr(exc, "content_type", "application/json").encode())]
     headers.extend((k.lower().encode(), v.encode()) for k, v in exc.headers.items())
-    await send_bytes(send, exc.status, exc.body(), headers)
+    await send_bytes(send, exc.status, error_body(exc, path), headers)
 
 
 def require_post(scope: Scope) -> None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from inferd.api.body_limits import preauthenticated
 from inferd.auth.principal import require_long_lived, require_user_key
 from inferd.store.keys import KeyRecord
 
@@ -18,9 +19,17 @@ def services(request: Request) -> "Services":
     return request.app.state.services  # type: ignore[no-any-return]
 
 
+async def caller_key(request: Request) -> KeyRecord:
+    """The key behind `Authorization`: checked already, before the body, by the body limits."""
+    key = preauthenticated(request.scope)
+    if key is None:
+        key = await services(request).auth.authenticate(request.headers.get("authorization"))
+    return key
+
+
 async def _admitted_key(request: Request, metered: bool) -> KeyRecord:
     svc = services(request)
-    key = await svc.auth.authenticate(request.headers.get("authorization"))
+    key = await caller_key(request)
     require_long_lived(key)
     await svc.limits.admit(key, metered=metered)
     return key
@@ -38,7 +47,7 @@ async def metered_key(request: Request) -> KeyRecord:
 
 async def _admitted_user_key(request: Request, metered: bool) -> KeyRecord:
     svc = services(request)
-    key = await svc.auth.authenticate(request.headers.get("authorization"))
+    key = await caller_key(request)
     require_user_key(key)
     await svc.limits.admit(key, metered=metered)
     return key

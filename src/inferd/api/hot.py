@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from inferd.api.asgi import ClientGone, Receive, Scope, Send, header, read_json_object, require_post, send_error
+from inferd.api.asgi import ClientGone, Receive, Scope, Send, header, require_post, send_error
+from inferd.api.body_limits import DEFAULT_BODY_TIMEOUT_S, HOT_BODY_BYTES, read_json_object
 from inferd.auth.principal import Authenticator, require_long_lived
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
@@ -14,11 +15,11 @@ from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api")
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
-
 
 class JsonRoute:
     """Authenticates, reads the body, and hands both to `handle`."""
+
+    body_timeout_s = DEFAULT_BODY_TIMEOUT_S  # `[limits] body_timeout_s`, set by the app
 
     def __init__(self, auth: Authenticator, limits: Limits) -> None:
         self.auth = auth
@@ -34,7 +35,7 @@ class JsonRoute:
             require_post(scope)
             key = await self.auth.authenticate(header(scope, b"authorization"))
             require_long_lived(key)
-            body = await read_json_object(scope, receive, MAX_BODY_BYTES)
+            body = await read_json_object(scope, receive, HOT_BODY_BYTES, self.body_timeout_s)
             await self.handle(key, body, receive, send)
         except InferdError as exc:
             await send_error(send, exc)

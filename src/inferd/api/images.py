@@ -11,7 +11,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from inferd.api.checks import check_model, is_int
-from inferd.api.deps import services
+from inferd.api.deps import caller_key, services
 from inferd.auth.principal import require_long_lived
 from inferd.errors import InferdError, InvalidRequest
 from inferd.metering import usage_for
@@ -47,7 +47,7 @@ def check_image_request(body: Any) -> int:
 async def generate(request: Request) -> Response:
     """`{created, data: [{b64_json}]}`: base64 PNGs."""
     svc = services(request)
-    key = await svc.auth.authenticate(request.headers.get("authorization"))
+    key = await caller_key(request)
     require_long_lived(key)
     try:
         body = orjson.loads(await request.body())

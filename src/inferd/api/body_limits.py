@@ -1,0 +1,224 @@
+"""Request bodies capped while they arrive (CONTRACT.md decision 22), in one place.
+
+Every body is counted as it streams in and refused with 413 `request_too_large` at the byte that
+crosses its route's cap (or at once when `Content-Length` declares more); the refusal closes the
+connection, so the rest of the body is never read. A body that trickles in slower than a sane
+rate is cut off with 408. A route that needs a key checks it before a byte of the body is read:
+the raw hot routes do so themselves (`api/hot.py`), and `BodyLimits` does it for the FastAPI
+routes, whose pydantic bodies FastAPI would otherwise read before any dependency runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import orjson
+from starlette.routing import BaseRoute, Match
+
+from inferd.api.asgi import ClientGone, Message, Receive, Scope, Send, header, send_error
+from inferd.errors import InferdError, InvalidRequest, PayloadTooLarge, RequestTimeout
+from inferd.store.keys import KeyRecord
+
+KIB = 1024
+MIB = 1024 * KIB
+
+HOT_BODY_BYTES = 32 * MIB  # chat, count_tokens, embeddings, rerank, messages, responses
+EXCHANGE_BODY_BYTES = 64 * KIB  # read before any key is checked
+JSON_BODY_BYTES = 1 * MIB  # every other JSON route
+FILE_UPLOAD_BYTES = 64 * MIB  # the spec's upload limits (per file)
+VECTORIZE_UPLOAD_BYTES = 50 * 1000 * 1000
+TRANSCRIPTION_UPLOAD_BYTES = 75 * MIB
+GENERATE_MULTIPART_BYTES = 50 * 1000 * 1000  # a multipart generate, all parts together
+MULTIPART_OVERHEAD_BYTES = 1 * MIB  # boundaries and the small form fields beside one file part
+
+# A body must arrive at this average rate or better once the grace period (`[limits]
+# body_timeout_s`) is spent: fast enough for any real client, and a slow-loris sending a byte a
+# second loses its worker after the grace period.
+MIN_BODY_RATE_BYTES_S = 64 * KIB
+DEFAULT_BODY_TIMEOUT_S = 30.0
+
+_FIXED_CAPS = {
+    "/v1/chat/completions": HOT_BODY_BYTES,
+    "/v1/chat/count_tokens": HOT_BODY_BYTES,
+    "/v1/embeddings": HOT_BODY_BYTES,
+    "/v1/rerank": HOT_BODY_BYTES,
+    "/v1/messages": HOT_BODY_BYTES,
+    "/v1/messages/count_tokens": HOT_BODY_BYTES,
+    "/v1/responses": HOT_BODY_BYTES,
+    "/v1/auth/exchange": EXCHANGE_BODY_BYTES,
+    "/v1/files": FILE_UPLOAD_BYTES + MULTIPART_OVERHEAD_BYTES,
+    "/v1/audio/transcriptions": TRANSCRIPTION_UPLOAD_BYTES + MULTIPART_OVERHEAD_BYTES,
+}
+# Routes answered without a key, so their bodies are read (under their cap) before anything else.
+KEYLESS_ROUTES = frozenset({"/v1/auth/exchange"})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def body_cap(path: str, content_type: str | None) -> int:
+    """The most bytes a request body on `path` may hold."""
+    cap = _FIXED_CAPS.get(path)
+    if cap is not None:
+        return cap
+    if path.startswith("/v1/conversations/"):
+        if path.endswith("/files/vectorize"):
+            return VECTORIZE_UPLOAD_BYTES + MULTIPART_OVERHEAD_BYTES
+        if path.endswith("/generate") and (content_type or "").startswith("multipart/"):
+            return GENERATE_MULTIPART_BYTES
+    return JSON_BODY_BYTES
+
+
+def declared_length(scope: Scope) -> int | None:
+    """`Content-Length` as an integer, or None when absent or not a number."""
+    length = header(scope, b"content-length")
+    return int(length) if length is not None and length.isdigit() else None
+
+
+class LimitedBody:
+    """An ASGI `receive` that counts the body against a cap and a deadline.
+
+    Over the cap it raises PayloadTooLarge, past the deadline RequestTimeout, and remembers the
+    error in `failure`. Once the body is complete it passes messages through untimed, because
+    an app may wait on `receive` for the client's disconnect for as long as a stream lasts.
+    """
+
+    __slots__ = ("_receive", "_cap", "_grace_s", "_start", "_received", "_done", "failure")
+
+    def __init__(self, receive: Receive, cap: int, grace_s: float) -> None:
+        self._receive = receive
+        self._cap = cap
+        self._grace_s = grace_s
+        self._start = asyncio.get_running_loop().time()
+        self._received = 0
+        self._done = False
+        self.failure: InferdError | None = None
+
+    async def __call__(self) -> Message:
+        if self._done:
+            return await self._receive()
+        deadline = self._start + self._grace_s + self._received / MIN_BODY_RATE_BYTES_S
+        try:
+            async with asyncio.timeout_at(deadline):
+                message = await self._receive()
+        except TimeoutError:
+            self.failure = RequestTimeout(
+                f"The request body arrived too slowly (under {MIN_BODY_RATE_BYTES_S // KIB} KiB/s "
+                f"after {self._grace_s:g} s)")
+            raise self.failure from None
+        if message["type"] != "http.request":
+            self._done = True
+            return message
+        self._received += len(message.get("body", b""))
+        if self._received > self._cap:
+            self.failure = too_large(self._cap)
+            raise self.failure
+        if not message.get("more_body", False):
+            self._done = True
+        return message
+
+
+def too_large(cap: int) -> PayloadTooLarge:
+    """The 413 for a body over `cap` bytes."""
+    size = f"{cap // MIB} MiB" if cap % MIB == 0 else f"{cap // KIB} KiB" if cap % KIB == 0 else f"{cap} bytes"
+    return PayloadTooLarge(f"Request body over the {size} limit of this route")
+
+
+@dataclass
+class _Guard:
+    """Drops the app's own answer once the body was refused, so the refusal is what leaves."""
+
+    send: Send
+    body: LimitedBody
+    started: bool = False
+
+    async def __call__(self, message: Message) -> None:
+        if self.body.failure is not None and not self.started:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
+Authenticate = Callable[[str | None], Awaitable[KeyRecord]]
+
+
+class BodyLimits:
+    """ASGI middleware in front of the FastAPI routes: key first, then the body under its cap."""
+
+    def __init__(self, app: Any, routes: list[BaseRoute], authenticate: Callable[[], Authenticate | None],
+                 grace_s: Callable[[], float]) -> None:
+        self._app = app
+        self._routes = routes
+        self._authenticate = authenticate
+        self._grace_s = grace_s
+
+    def _needs_key(self, scope: Scope) -> bool:
+        """A keyed /v1 route that takes a body: its key is checked before the body is read."""
+        path = scope["path"]
+        if scope["method"] not in _BODY_METHODS or not path.startswith("/v1/") or path in KEYLESS_ROUTES:
+            return False
+        # Only a route that exists: an unknown route stays a 404 and a wrong method a 405.
+        return any(route.matches(scope)[0] is Match.FULL for route in self._routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        path = scope["path"]
+        authenticate = self._authenticate()
+        try:
+            if authenticate is not None and self._needs_key(scope):
+                scope["inferd.key"] = await authenticate(header(scope, b"authorization"))
+            cap = body_cap(path, header(scope, b"content-type"))
+            length = declared_length(scope)
+            if length is not None and length > cap:
+                raise too_large(cap)
+        except InferdError as exc:
+            await send_error(send, exc, path)
+            return
+        body = LimitedBody(receive, cap, self._grace_s())
+        guard = _Guard(send, body)
+        try:
+            await self._app(scope, body, guard)
+        except Exception:
+            if body.failure is None:
+                raise
+        if body.failure is not None and not guard.started:
+            await send_error(send, body.failure, path)
+
+
+async def read_json_object(scope: Scope, receive: Receive, cap: int, grace_s: float) -> dict[str, Any]:
+    """The request body of a raw route parsed as a JSON object: 413 over `cap` bytes, 408 when it
+    trickles in, 400 when it is not a JSON object."""
+    length = declared_length(scope)
+    if length is not None and length > cap:
+        raise too_large(cap)
+    body = LimitedBody(receive, cap, grace_s)
+    message = await body()
+    if message["type"] == "http.disconnect":
+        raise ClientGone()
+    raw = message.get("body", b"")
+    if message.get("more_body"):
+        chunks = [raw]
+        while True:
+            message = await body()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        raw = b"".join(chunks)
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
+    if not isinstance(parsed, dict):
+        raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
+    return parsed
+
+
+def preauthenticated(scope: Scope) -> KeyRecord | None:
+    """The key `BodyLimits` checked for this request, if it did."""
+    key: KeyRecord | None = scope.get("inferd.key")
+    return key
