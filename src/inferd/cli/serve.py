@@ -27,7 +27,24 @@ async def bootstrap(engine: AsyncEngine) -> str | None:
     return f"{access_key_id}:{secret}"
 
 
-@click.command()
+LIMITS_HELP = """\b
+Limits on one request (CONTRACT.md decision 22):
+  request bodies are capped while they arrive (413 request_too_large, the
+  connection closed): 32 MiB on chat, count_tokens, embeddings and rerank;
+  64 KiB on /v1/auth/exchange; 1 MiB on other JSON routes; uploads 64 MiB
+  (files), 50 MB (vectorize, multipart generate), 75 MiB (transcriptions).
+  Embeddings take at most 2048 inputs, rerank 1000 documents (400 beyond).
+\b
+Set in the configuration file:
+  [limits] body_timeout_s = 30   grace for a body to arrive, then it must keep
+                                 up 64 KiB/s on average (408 otherwise)
+  [audio] max_duration_s = 3600  longest audio a transcription takes (400)
+  [[models]] timeout_s, [batches] window_seconds / max_concurrency
+Keys carry their own limits: inferd keys create --budget-usd X --rpm N.
+"""
+
+
+@click.command(epilog=LIMITS_HELP)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8080, show_default=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
