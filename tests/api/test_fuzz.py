@@ -1,0 +1,106 @@
+"""Schemathesis against the running server's own `/openapi.json`: every operation, a bounded number
+of generated requests each (valid and invalid data), with valid keys. No request may get a 5xx,
+and every error must leave in the contract's envelope (CONTRACT.md decisions 8 and 12)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import hypothesis
+import orjson
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+
+from tests.conftest import MODELS_TOML
+from tests.harness import Backend, Server, Upstream, write_config
+
+EXAMPLES_PER_MODE = 15
+SKIPPED_PATHS = ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
+USER_SCOPED = ("/v1/conversations", "/v1/sources")
+
+
+def _envelope_problem(path: str, status: int, body: bytes, content_type: str) -> str | None:
+    """What is wrong with an error reply's body, or None when it is in the route's envelope."""
+    if not content_type.startswith("application/json"):
+        return f"content type {content_type!r}"
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "body is not JSON"
+    if path.startswith(USER_SCOPED):
+        if isinstance(parsed, dict) and parsed.get("success") is False and isinstance(parsed.get("message"), str):
+            return None
+        return f"not the application envelope: {parsed!r:.300}"
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(error, dict):
+        return f"no error object: {parsed!r:.300}"
+    if not isinstance(error.get("message"), str) or not isinstance(error.get("type"), str) or "code" not in error:
+        return f"error lacks message/type/code: {error!r:.300}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
+    """The test catalogue with an identity provider, so the exchange route is fuzzed too (not a 503)."""
+    toml = f'[idp]\nissuer = "https://idp.fuzz"\naudience = "inferd"\nhs256_secret = "{"s" * 64}"\n' + MODELS_TOML
+    config = write_config(tmp_path_factory.mktemp("fuzz") / "inferd.toml", toml, upstream)
+    srv = Server.start(tmp_path_factory.mktemp("fuzz-data"), backend, config)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def schema(fuzz_server: Server) -> Any:
+    """The server's OpenAPI document, loaded by schemathesis."""
+    return schemathesis.openapi.from_url(fuzz_server.base_url + "/openapi.json")
+
+
+def test_every_operation_answers_without_5xx_in_the_envelope(fuzz_server: Server, schema: Any) -> None:
+    """A bounded run per operation, positive and negative data; failures are collected, then reported."""
+    server = fuzz_server
+    app_key = server.create_key()
+    user_key = server.create_user_key(app_key)
+    session = requests.Session()
+    failures: list[str] = []
+    operations = [result.ok() for result in schema.get_all_operations()]
+    operations = [op for op in operations if op.path not in SKIPPED_PATHS]
+    assert len(operations) >= 30, [op.path for op in operations]
+    tried = 0
+    for operation in operations:
+        key = user_key if operation.path.startswith(USER_SCOPED) else app_key
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(max_examples=EXAMPLES_PER_MODE, deadline=None, database=None, derandomize=True,
+                      suppress_health_check=list(HealthCheck), phases=[hypothesis.Phase.generate])
+            def run(case: Any) -> None:
+                nonlocal tried
+                try:
+                    response = case.call(base_url=server.base_url, session=session, timeout=30,
+                                         headers={"Authorization": f"Bearer {key}"})
+                except (requests.ConnectionError, requests.Timeout) as exc:
+                    failures.append(f"{operation.method.upper()} {operation.path}: {exc}")
+                    return
+                tried += 1
+                status = response.status_code
+                where = f"{case.method} {case.formatted_path} -> {status}"
+                if status >= 500:
+                    failures.append(f"{where}: {response.text[:300]}")
+                elif status >= 400:
+                    content_type = response.headers.get("content-type") or [""]
+                    problem = _envelope_problem(case.path, status, response.content, content_type[0])
+                    if problem:
+                        failures.append(f"{where}: {problem}")
+
+            try:
+                run()
+            except hypothesis.errors.Unsatisfiable:
+                # No invalid request exists for an operation without parameters or body.
+                assert mode is GenerationMode.NEGATIVE, operation.path
+    assert tried >= len(operations) * 5
+    assert not failures, "\n".join(sorted(set(failures))[:40])
