@@ -82,15 +82,17 @@ def _parse(raw: bytes) -> tuple[int, dict[str, str], bytes] | None:
 
 def raw_post(base: str, path: str, headers: dict[str, str], total: int, *, chunked: bool = False,
              declare: int | None = None, piece: int = MIB, stall_after: int | None = None,
-             timeout: float = 30.0) -> RawReply:
+             timeout: float = 30.0, content_type: str = "application/json",
+             pieces: Iterator[bytes] | None = None) -> RawReply:
     """POST `total` bytes of JSON-ish filler, stopping as soon as the server answers.
 
     `chunked` sends Transfer-Encoding: chunked (no length declared); `declare` sets Content-Length
-    (default: the true total); `stall_after` stops sending after that many bytes and waits."""
+    (default: the true total); `stall_after` stops sending after that many bytes and waits;
+    `pieces` replaces the filler with these bytes (`total` then only bounds them)."""
     url = urlsplit(base)
     sock = socket.create_connection((url.hostname, url.port))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 * 1024)
-    lines = [f"POST {path} HTTP/1.1", f"Host: {url.hostname}", "Content-Type: application/json"]
+    lines = [f"POST {path} HTTP/1.1", f"Host: {url.hostname}", f"Content-Type: {content_type}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {declare if declare is not None else total}")
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
@@ -125,10 +127,13 @@ def raw_post(base: str, path: str, headers: dict[str, str], total: int, *, chunk
                 break
         if writable and sending:
             limit = total if stall_after is None else min(total, stall_after)
-            chunk = filler[: min(piece, limit - sent)]
+            chunk = filler[: min(piece, limit - sent)] if pieces is None else next(pieces, b"")
+            if not chunk:
+                total = sent
             frame = (f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n") if chunked else chunk
             try:
-                sock.sendall(frame)
+                if chunk:
+                    sock.sendall(frame)
             except (BrokenPipeError, ConnectionResetError):
                 sending = False
                 continue
@@ -192,6 +197,34 @@ def test_caps_per_route_with_a_valid_key(limits_server: Server) -> None:
             code = body["code"] if path.startswith("/v1/conversations") else body["error"]["code"]
             assert code == "request_too_large", (path, body)
             assert reply.closed
+
+
+def multipart_files(boundary: str, count: int, size: int) -> Iterator[bytes]:
+    """A valid multipart/form-data body of `count` file parts of `size` bytes each."""
+    for index in range(count):
+        yield (f"--{boundary}\r\nContent-Disposition: form-data; name=\"f{index}\"; filename=\"f{index}.txt\"\r\n"
+               f"Content-Type: text/plain\r\n\r\n").encode() + b"a" * size + b"\r\n"
+    yield f"--{boundary}--\r\n".encode()
+
+
+def test_multipart_generate_counts_every_part(limits_server: Server) -> None:
+    """A multipart generate may hold 50 MB in all: many parts, each small, still cross it (413)."""
+    user_key = limits_server.create_user_key(limits_server.create_key())
+    boundary = "inferd-test-boundary"
+    reply = raw_post(limits_server.base_url, "/v1/conversations/1/generate?model=mock-chat", auth(user_key),
+                     80 * MIB, chunked=True, content_type=f"multipart/form-data; boundary={boundary}",
+                     pieces=multipart_files(boundary, 80, MIB // 2 * 2))
+    assert reply.status == 413, reply.body
+    assert reply.json() == {"success": False, "message": reply.json()["message"], "code": "request_too_large"}
+    assert 50 * 1000 * 1000 <= reply.body_bytes_sent < 75 * MIB
+    # Declared over every upload cap: refused before a byte is read.
+    for path, declared in (("/v1/files", 66 * MIB), ("/v1/audio/transcriptions", 77 * MIB),
+                           ("/v1/conversations/1/files/vectorize", 52 * 1000 * 1000)):
+        key = user_key if "conversations" in path else limits_server.create_key()
+        reply = raw_post(limits_server.base_url, path, auth(key), 4 * MIB, declare=declared,
+                         content_type=f"multipart/form-data; boundary={boundary}")
+        assert reply.status == 413, (path, reply.body)
+        assert reply.body_bytes_sent <= 4 * MIB
 
 
 def test_bodies_under_the_cap_still_reach_the_route(limits_server: Server) -> None:
