@@ -28,7 +28,7 @@ from inferd.api import vectorize as vectorize_routes
 from inferd.api import models as models_routes
 from inferd.api import usage as usage_routes
 from inferd.api.asgi import Receive, Scope, Send, error_body
-from inferd.api.body_limits import DEFAULT_BODY_TIMEOUT_S, Authenticate, BodyLimits
+from inferd.api.body_limits import Authenticate, BodyClock, BodyLimits
 from inferd.api.chat import ChatCompletionsRoute
 from inferd.api.embeddings import EmbeddingsRoute
 from inferd.api.rerank import RerankRoute
@@ -184,13 +184,11 @@ class InferdApp:
         self.api.include_router(conversation_routes.router)
         self.api.include_router(sources_routes.router)
         self.api.include_router(vectorize_routes.router)
-        self._cold = BodyLimits(self.api, self.api.router.routes, self._authenticator, self._body_timeout_s)
+        self._body_clock = BodyClock()
+        self._cold = BodyLimits(self.api, self.api.router.routes, self._authenticator, self._body_clock)
 
     def _authenticator(self) -> Authenticate | None:
         return self.services.auth.authenticate if self.services is not None else None
-
-    def _body_timeout_s(self) -> float:
-        return self.services.config.limits.body_timeout_s if self.services is not None else DEFAULT_BODY_TIMEOUT_S
 
     @asynccontextmanager
     async def _lifespan(self, api: FastAPI) -> AsyncIterator[None]:
@@ -202,8 +200,10 @@ class InferdApp:
             "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.writer),
             "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.writer),
         }
+        self._body_clock.grace_s = services.config.limits.body_timeout_s
+        self._body_clock.start()
         for route in self._hot.values():
-            route.body_timeout_s = services.config.limits.body_timeout_s
+            route.body_clock = self._body_clock
         batch_worker = worker_for(services) if self.settings.batch_worker else None
         if batch_worker is not None:
             batch_worker.start()
@@ -212,6 +212,7 @@ class InferdApp:
             yield
         finally:
             self._hot = {}
+            await self._body_clock.close()
             await purge.close()
             if batch_worker is not None:
                 await batch_worker.stop()

@@ -11,6 +11,7 @@ routes, whose pydantic bodies FastAPI would otherwise read before any dependency
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -75,6 +76,42 @@ def declared_length(scope: Scope) -> int | None:
     return int(length) if length is not None and length.isdigit() else None
 
 
+class BodyClock:
+    """Cuts off bodies that trickle in: one sweep a second over the reads under way.
+
+    A timer per read would cost the hot path several microseconds on every request; instead a
+    read registers itself while it waits (a dict insert), and the sweep cancels the task of any
+    read past its deadline, which the read turns into a 408."""
+
+    SWEEP_S = 0.5
+
+    def __init__(self, grace_s: float = DEFAULT_BODY_TIMEOUT_S) -> None:
+        self.grace_s = grace_s
+        self.waiting: dict["LimitedBody", asyncio.Task[Any]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Begin sweeping (once an event loop runs)."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def close(self) -> None:
+        """Stop sweeping."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.SWEEP_S)
+            now = time.monotonic()
+            for body, task in list(self.waiting.items()):
+                if now >= body.deadline() and not body.expired:
+                    body.expired = True
+                    task.cancel()
+
+
 class LimitedBody:
     """An ASGI `receive` that counts the body against a cap and a deadline.
 
@@ -83,29 +120,41 @@ class LimitedBody:
     an app may wait on `receive` for the client's disconnect for as long as a stream lasts.
     """
 
-    __slots__ = ("_receive", "_cap", "_grace_s", "_start", "_received", "_done", "failure")
+    __slots__ = ("_receive", "_cap", "_clock", "_start", "_received", "_done", "expired", "failure")
 
-    def __init__(self, receive: Receive, cap: int, grace_s: float) -> None:
+    def __init__(self, receive: Receive, cap: int, clock: BodyClock) -> None:
         self._receive = receive
         self._cap = cap
-        self._grace_s = grace_s
-        self._start = asyncio.get_running_loop().time()
+        self._clock = clock
+        self._start = time.monotonic()
         self._received = 0
         self._done = False
+        self.expired = False
         self.failure: InferdError | None = None
+
+    def deadline(self) -> float:
+        """When the body must have arrived, at the rate it has arrived so far (time.monotonic)."""
+        return self._start + self._clock.grace_s + self._received / MIN_BODY_RATE_BYTES_S
 
     async def __call__(self) -> Message:
         if self._done:
             return await self._receive()
-        deadline = self._start + self._grace_s + self._received / MIN_BODY_RATE_BYTES_S
+        waiting = self._clock.waiting
+        waiting[self] = asyncio.current_task()  # type: ignore[assignment]
         try:
-            async with asyncio.timeout_at(deadline):
-                message = await self._receive()
-        except TimeoutError:
+            message = await self._receive()
+        except asyncio.CancelledError:
+            if not self.expired:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
             self.failure = RequestTimeout(
                 f"The request body arrived too slowly (under {MIN_BODY_RATE_BYTES_S // KIB} KiB/s "
-                f"after {self._grace_s:g} s)")
+                f"after {self._clock.grace_s:g} s)")
             raise self.failure from None
+        finally:
+            del waiting[self]
         if message["type"] != "http.request":
             self._done = True
             return message
@@ -147,11 +196,11 @@ class BodyLimits:
     """ASGI middleware in front of the FastAPI routes: key first, then the body under its cap."""
 
     def __init__(self, app: Any, routes: list[BaseRoute], authenticate: Callable[[], Authenticate | None],
-                 grace_s: Callable[[], float]) -> None:
+                 clock: BodyClock) -> None:
         self._app = app
         self._routes = routes
         self._authenticate = authenticate
-        self._grace_s = grace_s
+        self._clock = clock
 
     def _needs_key(self, scope: Scope) -> bool:
         """A keyed /v1 route that takes a body: its key is checked before the body is read."""
@@ -177,7 +226,7 @@ class BodyLimits:
         except InferdError as exc:
             await send_error(send, exc, path)
             return
-        body = LimitedBody(receive, cap, self._grace_s())
+        body = LimitedBody(receive, cap, self._clock)
         guard = _Guard(send, body)
         try:
             await self._app(scope, body, guard)
@@ -188,13 +237,13 @@ class BodyLimits:
             await send_error(send, body.failure, path)
 
 
-async def read_json_object(scope: Scope, receive: Receive, cap: int, grace_s: float) -> dict[str, Any]:
+async def read_json_object(scope: Scope, receive: Receive, cap: int, clock: BodyClock) -> dict[str, Any]:
     """The request body of a raw route parsed as a JSON object: 413 over `cap` bytes, 408 when it
     trickles in, 400 when it is not a JSON object."""
     length = declared_length(scope)
     if length is not None and length > cap:
         raise too_large(cap)
-    body = LimitedBody(receive, cap, grace_s)
+    body = LimitedBody(receive, cap, clock)
     message = await body()
     if message["type"] == "http.disconnect":
         raise ClientGone()

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from inferd.api.asgi import ClientGone, Receive, Scope, Send, header, require_post, send_error
-from inferd.api.body_limits import DEFAULT_BODY_TIMEOUT_S, HOT_BODY_BYTES, read_json_object
+from inferd.api.body_limits import HOT_BODY_BYTES, BodyClock, read_json_object
 from inferd.auth.principal import Authenticator, require_long_lived
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
@@ -19,11 +19,10 @@ log = logging.getLogger("inferd.api")
 class JsonRoute:
     """Authenticates, reads the body, and hands both to `handle`."""
 
-    body_timeout_s = DEFAULT_BODY_TIMEOUT_S  # `[limits] body_timeout_s`, set by the app
-
     def __init__(self, auth: Authenticator, limits: Limits) -> None:
         self.auth = auth
         self.limits = limits
+        self.body_clock = BodyClock()  # the app hands every route its one clock (`[limits] body_timeout_s`)
 
     async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
         """Answer the request (a subclass's work). Raise InferdError before the response starts;
@@ -35,7 +34,7 @@ class JsonRoute:
             require_post(scope)
             key = await self.auth.authenticate(header(scope, b"authorization"))
             require_long_lived(key)
-            body = await read_json_object(scope, receive, HOT_BODY_BYTES, self.body_timeout_s)
+            body = await read_json_object(scope, receive, HOT_BODY_BYTES, self.body_clock)
             await self.handle(key, body, receive, send)
         except InferdError as exc:
             await send_error(send, exc)
