@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from inferd.errors import ConfigError
 from tests.harness import INFERD, clean_env
 
 GOOD = '[[models]]\nid = "m"\nbase_url = "http://127.0.0.1:1/v1"\n'
-
+# An [idp] table without an audience: tokens could not be told apart from another service's.
+NO_AUDIENCE = ('[idp]\nissuer = "https://idp"\njwks_file = "jwks.json"\n', ["[idp], key 'audience'", "missing"])
 
 CASES = [
     (GOOD + 'context_length = "big"\n', ["[[models]] #1 (id 'm')", "context_length", "expected int"]),
@@ -28,6 +30,13 @@ CASES = [
     (GOOD + '[[models]]\nid = "n"\nbase_url = "http://x/v1"\naliases = ["m"]\n', ["aliases", "'m'"]),
     ('[[models]]\nbase_url = "http://x/v1"\n', ["[[models]] #1", "'id'", "missing"]),
     ('[idp]\nissuer = 5\n', ["[idp]", "issuer"]),
+    ('[idp]\naudience = "inferd"\nhs256_secret = "s"\n', ["[idp], key 'issuer'", "missing"]),
+    NO_AUDIENCE,
+    ('[idp]\nissuer = ""\naudience = "inferd"\nhs256_secret = "s"\n', ["[idp], key 'issuer'", "missing"]),
+    ('[idp]\nissuer = "https://idp"\naudience = "inferd"\n', ["[idp], key 'hs256_secret'", "jwks_file"]),
+    (GOOD + '[[models]]\nid = "m"\nbase_url = "http://x/v1"\n', ["(id 'm'), key 'id'", "'m'"]),
+    ('[[models]]\nid = "qwen2.5-coder-0.5b-instruct"\nbuiltin = true\naliases = ["fast"]\n' + GOOD
+     + 'aliases = ["fast"]\n', ["(id 'm'), key 'aliases'", "'fast' already names model"]),
     ('[unknown]\nx = 1\n', ["[unknown]", "unknown table"]),
     ('[[models]\nid = ', ["not valid TOML"]),
 ]
@@ -45,7 +54,7 @@ def test_bad_config_is_explained(tmp_path: Path, text: str, expected: list[str])
         assert fragment in message, message
 
 
-@pytest.mark.parametrize(("text", "expected"), CASES[:2])
+@pytest.mark.parametrize(("text", "expected"), [*CASES[:2], NO_AUDIENCE])
 def test_bad_config_fails_at_start(tmp_path: Path, text: str, expected: list[str]) -> None:
     config = tmp_path / "bad.toml"
     config.write_text(text)
@@ -62,3 +71,38 @@ def test_missing_config_file_is_named(tmp_path: Path) -> None:
     result = subprocess.run([INFERD, "serve", "--config", str(missing), "--data-dir", str(tmp_path / "d")],
                             capture_output=True, text=True, env=clean_env({}), timeout=60)
     assert result.returncode != 0 and str(missing) in result.stderr and "not found" in result.stderr
+
+
+BUILTIN_QWEN = '[[models]]\nid = "qwen2.5-coder-0.5b-instruct"\nbuiltin = true\n'
+
+
+def _load(tmp_path: Path, text: str) -> dict[str, tuple[str, ...]]:
+    config = tmp_path / "inferd.toml"
+    config.write_text(text)
+    return {m.id: m.aliases for m in load_catalogue(config, default_registry().option_keys()).models}
+
+
+def test_configured_alias_wins_over_a_builtin_default_alias(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="inferd.catalogue"):
+        aliases = _load(tmp_path, BUILTIN_QWEN + GOOD + 'aliases = ["fast", "quick"]\n')
+    assert aliases == {"qwen2.5-coder-0.5b-instruct": ("chat",), "m": ("fast", "quick")}
+    [record] = [r for r in caplog.records if r.name == "inferd.catalogue"]
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert "'fast'" in message and "'qwen2.5-coder-0.5b-instruct'" in message and "'m'" in message
+    assert str(tmp_path / "inferd.toml") in message
+
+
+def test_configured_id_wins_over_a_builtin_default_alias(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="inferd.catalogue"):
+        aliases = _load(tmp_path, GOOD.replace('"m"', '"chat"') + BUILTIN_QWEN)
+    assert aliases == {"chat": (), "qwen2.5-coder-0.5b-instruct": ("fast",)}
+    assert ["'chat'" in r.getMessage() for r in caplog.records if r.name == "inferd.catalogue"] == [True]
+
+
+def test_builtin_keeps_its_aliases_when_nothing_takes_them(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="inferd.catalogue"):
+        aliases = _load(tmp_path, BUILTIN_QWEN + GOOD + 'aliases = ["quick"]\n')
+    assert aliases == {"qwen2.5-coder-0.5b-instruct": ("fast", "chat"), "m": ("quick",)}
+    assert [r for r in caplog.records if r.name == "inferd.catalogue"] == []

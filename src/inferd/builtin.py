@@ -4,8 +4,17 @@ configuration file, and a file can keep one with `builtin = true` (overriding ke
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from inferd.errors import ConfigError
+
+if TYPE_CHECKING:  # config imports this module; the type is only needed by the checker
+    from inferd.config import ModelConfig
+
+log = logging.getLogger("inferd.catalogue")
 
 
 def builtin_tables(model_dir: Path) -> dict[str, dict[str, Any]]:
@@ -74,3 +83,40 @@ def builtin_tables(model_dir: Path) -> dict[str, dict[str, Any]]:
             "compute_type": "int8",
         },
     }
+
+
+def default_aliases(raw: Any, builtins: Mapping[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The aliases a `builtin = true` entry takes from its built-in table: none when it sets its own."""
+    if not isinstance(raw, dict) or raw.get("builtin") is not True or "aliases" in raw or raw.get("id") not in builtins:
+        return ()
+    return tuple(builtins[raw["id"]]["aliases"])
+
+
+def settle_names(models: Sequence[ModelConfig], defaults: Sequence[tuple[str, ...]], source: str
+                 ) -> tuple[ModelConfig, ...]:
+    """Check that every id and alias names one model, and drop the built-in default aliases
+    (`defaults[i]` for `models[i]`) that a configured model's id or alias already takes.
+
+    The operator wrote the configured names; a built-in model's default alias was only a
+    convenience, so it gives way with a warning rather than refusing to start (CONTRACT.md, the
+    built-in catalogue). Two names the file itself gives to different models stay an error."""
+    owner: dict[str, str] = {}
+    for model, model_defaults in zip(models, defaults, strict=True):
+        names = dict.fromkeys((model.id, *(a for a in model.aliases if a not in model_defaults)))
+        for name in names:
+            if name in owner:
+                key = "id" if name == model.id else "aliases"
+                raise ConfigError(f"{source}: [[models]] (id '{model.id}'), key '{key}': "
+                                  f"{name!r} already names model {owner[name]!r}")
+        owner.update(dict.fromkeys(names, model.id))
+    settled: list[ModelConfig] = []
+    for model, model_defaults in zip(models, defaults, strict=True):
+        kept = []
+        for alias in model.aliases:
+            if alias in model_defaults and owner.setdefault(alias, model.id) != model.id:
+                log.warning("%s: built-in model %r loses its default alias %r, which names the configured "
+                            "model %r", source, model.id, alias, owner[alias])
+                continue
+            kept.append(alias)
+        settled.append(dataclasses.replace(model, aliases=tuple(kept)) if len(kept) < len(model.aliases) else model)
+    return tuple(settled)

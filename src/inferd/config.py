@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from inferd.builtin import builtin_tables
+from inferd.builtin import builtin_tables, default_aliases, settle_names
 from inferd.errors import ConfigError
 
 MODEL_TYPES = ("chat", "vision-chat", "embeddings", "reranker", "ocr", "ocr-vision", "tts", "asr", "image-gen")
@@ -282,8 +282,13 @@ def _parse_idp(where: _Where, raw: Any) -> IdpConfig:
         if key not in _IDP_KEYS:
             raise where.fail("[idp]", key, "unknown key")
         _typecheck(where, "[idp]", key, value, str)
+    for key in ("issuer", "audience"):  # tokens are always checked against both (CONTRACT.md 22)
+        if not raw.get(key):
+            raise where.fail("[idp]", key, "missing (idp tokens are verified against issuer and audience)")
     if raw.get("hs256_secret") and raw.get("jwks_file"):
         raise where.fail("[idp]", "jwks_file", "set either hs256_secret or jwks_file, not both")
+    if not raw.get("hs256_secret") and not raw.get("jwks_file"):
+        raise where.fail("[idp]", "hs256_secret", "missing (set hs256_secret or jwks_file)")
     return IdpConfig(**raw)
 
 
@@ -355,13 +360,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         raise where.fail("[[models]]", None, "expected an array of tables")
     models = tuple(_parse_model(where, i, _with_builtin(where, i, m, builtins), engine_keys)
                    for i, m in enumerate(models_raw))
-    seen: dict[str, str] = {}
-    for model in models:
-        for name in (model.id, *model.aliases):
-            if name in seen and seen[name] != model.id:
-                raise where.fail(f"[[models]] (id '{model.id}')", "aliases",
-                                 f"{name!r} already names model {seen[name]!r}")
-            seen[name] = model.id
+    models = settle_names(models, [default_aliases(m, builtins) for m in models_raw], str(path))
     for table in ("conversations", "batches", "limits"):
         if table in raw and not isinstance(raw[table], dict):
             raise where.fail(f"[{table}]", None, "expected a table")

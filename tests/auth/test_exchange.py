@@ -158,10 +158,11 @@ def test_key_types_on_shape_a(idp_server: Server) -> None:
     org = f"org-{uuid.uuid4().hex[:8]}"
     admin_key = idp_server.create_key(org=org, key_type="admin")
     user_key = exchange(idp_server, app_key, {"idp_token": hs_token()}).json()["data"]["full_key"]
-    for key in (admin_key, user_key):
+    for key, code in ((admin_key, "application_key_required"), (user_key, "key_type_not_permitted")):
         response = exchange(idp_server, key, {"idp_token": hs_token()})
         assert response.status_code == 403, response.text
         assert response.json()["error"]["type"] == "permission_error"
+        assert response.json()["error"]["code"] == code
     for headers in ({}, {"Authorization": "Bearer nope"}):
         response = httpx.post(idp_server.v1 + "/auth/exchange", headers=headers, json={"idp_token": hs_token()})
         assert response.status_code == 401
@@ -190,15 +191,17 @@ def test_malformed_json_is_422(idp_server: Server) -> None:
 
 
 def test_user_is_resolved_from_sub_email_and_names(idp_server: Server) -> None:
-    """A user first known by email (a key made with --user) is claimed by the subject with that email."""
+    """A user first known by email (a key made with --user) is claimed by the subject with that
+    email, once the token says the email is verified (tests/auth/test_identity_linking.py)."""
     email = f"{uuid.uuid4().hex[:8]}@example.test"
     owned_key = idp_server.create_key(user_email=email)
     org_key = idp_server.key_row(owned_key)
     app_key = idp_server.create_key(org=_org_slug(idp_server, owned_key))
-    data = exchange(idp_server, app_key, {"idp_token": hs_token(email=email)}).json()["data"]
+    data = exchange(idp_server, app_key, {"idp_token": hs_token(email=email, email_verified=True)}).json()["data"]
     assert data["user_id"] == str(org_key["user_id"])
     # Another org with the same subject is another user.
-    other = exchange(idp_server, idp_server.create_key(), {"idp_token": hs_token(email=email)}).json()["data"]
+    other = exchange(idp_server, idp_server.create_key(),
+                     {"idp_token": hs_token(email=email, email_verified=True)}).json()["data"]
     assert other["user_id"] != data["user_id"] and other["org_id"] != data["org_id"]
 
 
@@ -251,7 +254,7 @@ def test_shape_b_refusals(idp_server: Server) -> None:
     owned = idp_server.create_key(user_email=f"{uuid.uuid4().hex[:8]}@example.test")
     user_key = httpx.post(idp_server.v1 + "/auth/exchange", json={"api_key": owned}).json()["user_key"]
     response = httpx.post(idp_server.v1 + "/auth/exchange", json={"api_key": user_key})
-    assert response.status_code == 403
+    assert response.status_code == 403 and response.json()["error"]["code"] == "key_type_not_permitted"
     idp_server.revoke(owned)
     assert httpx.post(idp_server.v1 + "/auth/exchange", json={"api_key": owned}).status_code == 401
     # Revoking the parent ends the user keys it minted.

@@ -8,7 +8,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from inferd.api.deps import services
-from inferd.auth.exchange import require_application_key
+from inferd.auth.exchange import refuse_user_key, require_application_key
 from inferd.errors import Unprocessable
 from inferd.store.db import iso
 from inferd.protocol.auth import ApiKeyExchangeResponse, ExchangeEnvelope, ExchangeRequest
@@ -46,15 +46,20 @@ async def exchange(request: Request) -> Response:
     svc = services(request)
     body = _parse(await request.body())
     ttl = body.get("ttl_seconds")
+    authorization = request.headers.get("authorization")
     if body.get("api_key") is not None and body.get("idp_token") is None:
+        if authorization is not None:
+            # Shape B needs no header, but a key sent there is the caller's: a user key is refused
+            # (CONTRACT.md decision 10) and a bad one is 401, as on every route.
+            refuse_user_key(await svc.auth.authenticate(authorization))
         owner_key = await svc.exchange.owning_key(body["api_key"])
         await svc.limits.admit(owner_key, metered=False)
         minted = await svc.exchange.for_owner(owner_key, ttl)
         return Response(orjson.dumps({"success": True, "user_key": minted.full_key,
                                       "expires_at": iso(minted.expires_at)}), media_type="application/json")
-    app_key = await svc.auth.authenticate(request.headers.get("authorization"))
+    app_key = await svc.auth.authenticate(authorization)
+    require_application_key(app_key)  # before admit: a refused key type takes no slot of the rate window
     await svc.limits.admit(app_key, metered=False)
-    require_application_key(app_key)
     if body.get("idp_token") is None:
         raise Unprocessable("idp_token: field required (or send api_key for the second exchange shape)",
                             param="idp_token")

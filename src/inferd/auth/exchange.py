@@ -49,8 +49,17 @@ def clamp_ttl(ttl_seconds: int | None) -> int:
     return max(MIN_TTL_SECONDS, min(MAX_TTL_SECONDS, ttl_seconds))
 
 
+def refuse_user_key(key: KeyRecord) -> None:
+    """No user key mints another, in either shape (CONTRACT.md decision 10: 403 off the user routes)."""
+    if key.type == "user":
+        raise PermissionDenied("A user key cannot mint another user key: the exchange takes long-lived keys only",
+                               code="key_type_not_permitted")
+
+
 def require_application_key(key: KeyRecord) -> None:
-    """Shape A takes only application keys: admin and user keys get 403."""
+    """Shape A takes only application keys: user keys get 403 key_type_not_permitted, admin keys
+    403 application_key_required (the spec's shape A names the application key alone)."""
+    refuse_user_key(key)
     if key.type != "application":
         raise PermissionDenied("The exchange of an idp_token takes an application key",
                                code="application_key_required")
@@ -74,15 +83,14 @@ class KeyExchange:
                                      code="idp_not_configured")
         claims = self._idp.verify(idp_token)
         user_id = await self._users.resolve_subject(app_key.org_id, claims.subject, claims.email,
-                                                    claims.given_name, claims.family_name)
+                                                    claims.given_name, claims.family_name,
+                                                    email_verified=claims.email_verified)
         return await self._mint(app_key, user_id, ttl_seconds)
 
     async def owning_key(self, api_key: str) -> KeyRecord:
         """Shape B: the long-lived key in the body (401 when invalid, 403 when no user owns it)."""
         owner_key = await self._auth.authenticate(f"Bearer {api_key}")
-        if owner_key.type == "user":
-            raise PermissionDenied("api_key must be a long-lived application or admin key",
-                                   code="key_type_not_permitted")
+        refuse_user_key(owner_key)
         if owner_key.user_id is None:
             raise PermissionDenied("This key has no owning user (create it with `inferd keys create --user EMAIL`)",
                                    code="no_owning_user")

@@ -3,7 +3,8 @@
 The accepted algorithms are fixed by the configuration, never read from the token: an HS256
 secret admits HS256 only, a JWKS file admits RS256 (RSA keys) and ES256 (P-256 keys), each key
 only with its own algorithm, so an RSA public key can never be used as an HMAC secret and `none`
-is never accepted.
+is never accepted. Issuer and audience are always required and checked: `[idp]` must name both
+(a configuration error otherwise), so a token minted for another service never mints a key here.
 """
 
 from __future__ import annotations
@@ -29,21 +30,26 @@ class IdpClaims:
 
     subject: str
     email: str | None
+    email_verified: bool  # only a JSON `true` counts: strings and numbers never link an email
     given_name: str | None
     family_name: str | None
 
 
-def _optional_str(claims: dict[str, Any], name: str) -> str | None:
+def _optional_str(claims: dict[str, Any], name: str, max_length: int) -> str | None:
+    # The users table's column widths: a longer value would fail the insert on PostgreSQL (a 500).
     value = claims.get(name)
-    return value if isinstance(value, str) and value else None
+    return value if isinstance(value, str) and 0 < len(value) <= max_length else None
 
 
 class IdpVerifier:
     """Checks signature, issuer, audience, expiry and not-before of one identity provider's tokens."""
 
     def __init__(self, config: IdpConfig, base_dir: Path | None = None) -> None:
-        self._issuer = config.issuer
-        self._audience = config.audience
+        if not config.issuer or not config.audience:
+            # load_catalogue refuses this already; checked again so no verifier exists without them.
+            raise ConfigError("[idp] needs issuer and audience")
+        self._issuer: str = config.issuer
+        self._audience: str = config.audience
         self._secret = config.hs256_secret
         self._keys: list[tuple[str | None, str, Any]] = []  # (kid, algorithm, public key)
         if config.jwks_file:
@@ -61,8 +67,9 @@ class IdpVerifier:
         except jwt.PyJWTError as exc:
             raise AuthenticationFailed(f"Invalid idp_token: {exc}", code="invalid_idp_token") from exc
         key, algorithm = self._key_for(header)
-        options: dict[str, Any] = {"require": ["exp", "sub"], "verify_aud": self._audience is not None,
-                                   "verify_iss": self._issuer is not None}
+        # Every check named, none left to PyJWT's defaults: a token without iss, aud, exp or sub fails.
+        options: dict[str, Any] = {"require": ["iss", "aud", "exp", "sub"], "verify_signature": True,
+                                   "verify_iss": True, "verify_aud": True, "verify_exp": True, "verify_nbf": True}
         try:
             claims = jwt.decode(token, key, algorithms=[algorithm], audience=self._audience, issuer=self._issuer,
                                 leeway=LEEWAY_SECONDS, options=options)
@@ -71,9 +78,10 @@ class IdpVerifier:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject or len(subject) > 256:
             raise AuthenticationFailed("Invalid idp_token: `sub` must be a non-empty string", code="invalid_idp_token")
-        return IdpClaims(subject=subject, email=_optional_str(claims, "email"),
-                         given_name=_optional_str(claims, "given_name"),
-                         family_name=_optional_str(claims, "family_name"))
+        return IdpClaims(subject=subject, email=_optional_str(claims, "email", 320),
+                         email_verified=claims.get("email_verified") is True,
+                         given_name=_optional_str(claims, "given_name", 256),
+                         family_name=_optional_str(claims, "family_name", 256))
 
     def _key_for(self, header: dict[str, Any]) -> tuple[Any, str]:
         algorithm = header.get("alg")

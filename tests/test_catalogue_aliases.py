@@ -1,0 +1,67 @@
+"""A configured model's alias wins over a built-in model's default alias (CONTRACT.md, the built-in
+catalogue): the server starts, the alias routes to the configured model, and the start logs a
+warning naming the alias the built-in model lost."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from tests.harness import Backend, Server, Upstream, auth, write_config
+
+ALIAS_TOML = """
+[[models]]
+id = "all-minilm-l6-v2"
+builtin = true
+
+[[models]]
+id = "mock-embed"
+type = "embeddings"
+base_url = "{upstream}/v1"
+upstream_model = "mock-embedder"
+aliases = ["embed"]
+"""
+
+
+@pytest.fixture(scope="module")
+def alias_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
+    """The built-in embedder kept beside a configured embedder that takes its default alias `embed`."""
+    folder = tmp_path_factory.mktemp("aliases")
+    config = write_config(folder / "inferd.toml", ALIAS_TOML, upstream)
+    srv = Server.start(folder, backend, config)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def embeddings_requests(upstream: Upstream) -> list[dict[str, Any]]:
+    return [r["body"] for r in upstream.requests() if r["path"] == "/v1/embeddings"]
+
+
+def test_configured_alias_routes_to_the_configured_model(alias_server: Server, upstream: Upstream) -> None:
+    log = alias_server.log()
+    assert "built-in model 'all-minilm-l6-v2' loses its default alias 'embed'" in log, log
+    assert "'mock-embed'" in log
+    key = alias_server.create_key()
+    listing = httpx.get(alias_server.v1 + "/models", headers=auth(key))
+    assert listing.status_code == 200, listing.text
+    aliases = {m["id"]: m["aliases"] for m in listing.json()["data"]}
+    assert aliases == {"all-minilm-l6-v2": [], "mock-embed": ["embed"]}
+
+    before = len(embeddings_requests(upstream))
+    by_alias = httpx.post(alias_server.v1 + "/embeddings", headers=auth(key),
+                          json={"model": "embed", "input": "which model answers"}, timeout=60)
+    assert by_alias.status_code == 200, by_alias.text
+    assert by_alias.json()["model"] == "mock-embed"
+    sent = embeddings_requests(upstream)[before:]
+    assert [body["model"] for body in sent] == ["mock-embedder"]
+
+    # The built-in model still answers by its id, in-process (the fake upstream sees nothing).
+    builtin = httpx.post(alias_server.v1 + "/embeddings", headers=auth(key),
+                         json={"model": "all-minilm-l6-v2", "input": "which model answers"}, timeout=120)
+    assert builtin.status_code == 200, builtin.text
+    assert builtin.json()["model"] == "all-minilm-l6-v2" and len(builtin.json()["data"][0]["embedding"]) == 384
+    assert len(embeddings_requests(upstream)) == before + 1
