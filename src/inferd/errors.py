@@ -6,9 +6,12 @@ Errors are raised, never returned; `app.py` maps them to the wire envelope in on
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Self
 
 import orjson
+
+_engine_log = logging.getLogger("inferd.engines")
 
 
 class InferdError(Exception):
@@ -106,9 +109,20 @@ class ServiceUnavailable(InferdError):
 
 
 class EngineError(InferdError):
-    """The engine failed (5xx, broken connection, bad reply)."""
+    """The engine failed (5xx, broken connection, bad reply).
+
+    The message names the model, never an upstream's host, port or URL, a file path, or an
+    exception's text that may hold them: clients are not told how the deployment is wired.
+    """
 
     status, type, code = 502, "engine_error", "upstream_error"
+
+    @classmethod
+    def concealing(cls, message: str, detail: object, *, code: str | None = None) -> Self:
+        """The error with `message` for the client; `detail` (addresses, paths, exception text)
+        goes only to the operators' log, so the failure can still be diagnosed."""
+        _engine_log.warning("%s: %s", message, detail)
+        return cls(message, code=code)
 
 
 class EngineUnavailable(EngineError):
@@ -117,6 +131,13 @@ class EngineUnavailable(EngineError):
 
 class EngineTimeout(EngineError):
     status, code = 504, "timeout"
+
+
+class EngineCredentialsRefused(EngineError):
+    """The upstream answered 401 or 403: the gateway's configured `api_key` is wrong. Not relayed,
+    which would make the client believe its own key was refused."""
+
+    code = "upstream_auth_failed"
 
 
 class RelayedError(InferdError):

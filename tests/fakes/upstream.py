@@ -17,6 +17,11 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
                          the result's first 40 words (`mock-agent-loop`: always calls the tool, with
                          an empty query;
                          `mock-agent-drop`: after the tool result, two words, then the connection closes)
+- `mock-crash`           answers 500 with a traceback naming a file path and an internal host
+
+Whatever the model, a request whose bearer starts with `rejected-` is answered 401 and one whose
+bearer starts with `forbidden-` 403 (OpenAI's shape), on every route: a wrong `api_key` in the
+gateway's configuration.
 
 Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
 Streams the client abandoned are recorded too: `GET /_aborts` lists `{model, chunks_sent}`.
@@ -40,6 +45,8 @@ from aiohttp import web
 
 REPLY_WORDS = "This is the mock upstream answering your request with sixteen words of plain text for you".split()
 MAX_MODEL_LEN = 4096
+CRASH_TRACE = ('Traceback (most recent call last):\n  File "/srv/engine/worker.py", line 12, in generate\n'
+               "RuntimeError: lost the worker at 10.1.2.3:8000")
 
 
 def _content_words(content: Any) -> int:
@@ -155,6 +162,8 @@ class FakeUpstream:
             if seen <= flaky:
                 return web.json_response({"error": {"message": "overloaded", "type": "server_error", "code": 503}},
                                          status=503)
+        if model == "mock-crash":
+            return web.Response(status=500, text=CRASH_TRACE)
         status = _suffix_number(model, "mock-error-")
         if status:
             return web.json_response(
@@ -297,10 +306,23 @@ class FakeUpstream:
         return web.json_response({"ok": True})
 
 
+@web.middleware
+async def _check_bearer(request: web.Request, handler: Any) -> web.StreamResponse:
+    """401 / 403 for the bearers that stand for a wrong upstream `api_key`, before any route runs."""
+    bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    for prefix, status in (("rejected-", 401), ("forbidden-", 403)):
+        if bearer.startswith(prefix):
+            return web.json_response({"error": {"message": f"Incorrect API key provided: {bearer}",
+                                                "type": "invalid_request_error", "code": "invalid_api_key"}},
+                                     status=status)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
 def build_app() -> web.Application:
     """The fake upstream as an aiohttp application."""
     fake = FakeUpstream()
-    app = web.Application()
+    app = web.Application(middlewares=[_check_bearer])
     app.router.add_post("/v1/chat/completions", fake.chat)
     app.router.add_post("/tokenize", fake.tokenize)
     app.router.add_post("/v1/embeddings", fake.embeddings)

@@ -96,7 +96,8 @@ class DiffusersEngine:
         except ValueError as exc:  # the pipeline's own input checks (a size its VAE cannot produce, …)
             raise InvalidRequest(f"image request rejected by the model: {exc}") from None
         except Exception as exc:  # device errors (out of memory, …) and anything else the model raises
-            raise EngineError(f"image generation failed: {type(exc).__name__}: {exc}") from None
+            # The exception's text may name files and devices: the log keeps it, the client gets its kind.
+            raise EngineError.concealing(f"image generation failed ({type(exc).__name__})", exc) from None
         return {"created": int(time.time()), "data": [{"b64_json": b64} for b64 in images]}
 
     async def close(self) -> None:

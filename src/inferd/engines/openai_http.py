@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, NoReturn
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -13,7 +14,8 @@ import orjson
 from inferd.config import ModelConfig
 from inferd.engines.base import TokenCount, estimate_tokens
 from inferd.engines.hf_tokenizer import ChatTemplateTokenizer
-from inferd.errors import ConfigError, EngineError, EngineTimeout, EngineUnavailable, RelayedError
+from inferd.errors import (ConfigError, EngineCredentialsRefused, EngineError, EngineTimeout, EngineUnavailable,
+                           RelayedError)
 
 if TYPE_CHECKING:
     from inferd.engines.registry import EngineRegistry
@@ -44,8 +46,18 @@ def _split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
             events.append(b"\n".join(data))
 
 
+def _without_credentials(url: str) -> str:
+    """`url` without a `user:password@` part, which a base_url may carry: the log must not hold it."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 class OpenAIHTTPEngine:
-    """Chat, streaming and token counting against an OpenAI-compatible server."""
+    """Chat, streaming and token counting against an OpenAI-compatible server.
+
+    Errors name the model (and its deployment when it has a name of its own), never the
+    upstream's address: that, and the exception's own text, go to the log only.
+    """
 
     base_parameters = BASE_PARAMETERS
 
@@ -57,6 +69,7 @@ class OpenAIHTTPEngine:
         # vLLM serves /tokenize beside /v1, not under it.
         self._tokenize_url = (base[:-3] if base.endswith("/v1") else base) + "/tokenize"
         self._headers = {"Content-Type": _JSON}
+        self._api_key = model.api_key
         if model.api_key:
             self._headers["Authorization"] = f"Bearer {model.api_key}"
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(model.timeout_s, 30.0),
@@ -68,6 +81,10 @@ class OpenAIHTTPEngine:
             self._local = ChatTemplateTokenizer(Path(model.tokenizer[3:]))
         self._context_length = model.context_length
         self._session: aiohttp.ClientSession | None = None
+        # Who errors name to the client: the model, and its deployment when that has a name of its own.
+        named = model.deployment_name
+        deployment = f" (deployment '{named}')" if named != model.id else ""
+        self._engine = f"The engine for model '{model.id}'{deployment}"
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -76,55 +93,85 @@ class OpenAIHTTPEngine:
                                                   json_serialize=lambda o: orjson.dumps(o).decode())
         return self._session
 
-    async def _post(self, url: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
-        try:
-            return await self._client().post(url, data=orjson.dumps(payload), headers=self._headers)
-        except asyncio.TimeoutError:
-            raise EngineTimeout(f"The model did not respond within {self._timeout_s:g} s") from None
-        except aiohttp.ClientConnectorError as exc:
-            raise EngineUnavailable(f"The model's engine is unreachable: {exc}") from None
-        except aiohttp.ClientError as exc:
-            raise EngineError(f"The model's engine failed: {exc}") from None
+    def _failed(self, kind: type[EngineError], message: str, url: str, detail: object = "",
+                code: str | None = None) -> EngineError:
+        """`kind` with a message naming the model; the URL and `detail` are logged, not sent."""
+        if isinstance(detail, BaseException):
+            detail = f"{type(detail).__name__}: {detail}"
+        logged = f"{_without_credentials(url)} {detail}".rstrip()
+        if self._api_key:  # a refusing upstream may quote the key it was sent
+            logged = logged.replace(self._api_key, "***")
+        return kind.concealing(f"{self._engine} {message}", logged, code=code)
 
-    async def _fail(self, response: aiohttp.ClientResponse) -> None:
-        """Raise for a non-2xx answer: 4xx are the model's own rejections and pass through."""
+    def _timed_out(self, url: str, streaming: bool = False) -> EngineError:
+        seconds = f"{self._timeout_s:g} s"
+        waited = f"sent nothing for {seconds}" if streaming else f"did not respond within {seconds}"
+        return self._failed(EngineTimeout, waited, url)
+
+    async def _send(self, method: str, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        """One request, up to the answer's status line."""
+        try:
+            return await self._client().request(method, url, **kwargs)
+        except asyncio.TimeoutError:
+            raise self._timed_out(url) from None
+        except aiohttp.ClientConnectorError as exc:  # its text holds host:port
+            raise self._failed(EngineUnavailable, "is unreachable", url, exc) from None
+        except aiohttp.ClientError as exc:
+            raise self._failed(EngineError, "failed", url, exc) from None
+
+    async def _post(self, url: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+        return await self._send("POST", url, data=orjson.dumps(payload), headers=self._headers)
+
+    async def _read(self, response: aiohttp.ClientResponse, url: str) -> bytes:
+        """The body of a 2xx answer (the connection released); any other status raises."""
+        ok = response.status < 300
         try:
             raw = await response.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except asyncio.TimeoutError:
+            if ok:
+                raise self._timed_out(url) from None
+            raw = b""
+        except aiohttp.ClientError as exc:
+            if ok:
+                raise self._failed(EngineError, "failed", url, exc) from None
             raw = b""
         finally:
             response.release()
-        if response.status < 500:
-            raise RelayedError(response.status, raw, response.headers.get("Content-Type", _JSON))
-        detail = raw.decode("utf-8", "replace")[:500]
-        raise EngineError(f"The model's engine answered {response.status}: {detail}")
+        if not ok:
+            self._refuse(response, raw, url)
+        return raw
+
+    def _refuse(self, response: aiohttp.ClientResponse, raw: bytes, url: str) -> NoReturn:
+        """Raise for a non-2xx answer: 4xx are the model's own rejections and pass through, except
+        refused credentials (the gateway's `api_key` is wrong, not the client's)."""
+        status = response.status
+        answered = f"(upstream answered {status})"
+        body = raw[:500].decode("utf-8", "replace")
+        if status in (401, 403, 407):
+            raise self._failed(EngineCredentialsRefused, f"refused the gateway's credentials {answered}", url, body)
+        if 400 <= status < 500:
+            raise RelayedError(status, raw, response.headers.get("Content-Type", _JSON))
+        # 5xx (and stray 3xx) bodies may carry tracebacks, paths and hosts: logged, not relayed.
+        raise self._failed(EngineError, f"failed {answered}", url, body)
+
+    def _parse(self, raw: bytes, url: str, what: str) -> Any:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise self._failed(EngineError, f"returned {what} that is not JSON", url, raw[:200]) from None
 
     async def _post_json(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST a JSON body and return the JSON object answered."""
-        response = await self._post(url, payload)
-        if response.status >= 300:
-            await self._fail(response)
-        try:
-            raw = await response.read()
-        except asyncio.TimeoutError:
-            raise EngineTimeout(f"The model did not respond within {self._timeout_s:g} s") from None
-        except aiohttp.ClientError as exc:
-            raise EngineError(f"The model's engine failed: {exc}") from None
-        finally:
-            response.release()
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise EngineError("The model's engine returned a body that is not JSON") from None
+        body = self._parse(await self._read(await self._post(url, payload), url), url, "a body")
         if not isinstance(body, dict):
-            raise EngineError("The model's engine returned JSON that is not an object")
+            raise self._failed(EngineError, "returned JSON that is not an object", url)
         return body
 
     async def _post_for(self, path: str, payload: dict[str, Any], listed: str, what: str) -> dict[str, Any]:
         """POST to `{base_url}{path}`; the answer must hold a list under `listed`."""
         body = await self._post_json(self._base + path, payload)
         if not isinstance(body.get(listed), list):
-            raise EngineError(f"The model's engine returned no {what}")
+            raise self._failed(EngineError, f"returned no {what}", self._base + path)
         return body
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -145,19 +192,14 @@ class OpenAIHTTPEngine:
 
     async def speech(self, payload: dict[str, Any]) -> tuple[bytes, str]:
         """`POST {base_url}/audio/speech`: the audio bytes and their Content-Type."""
-        response = await self._post(self._base + "/audio/speech", payload)
-        if response.status >= 300:
-            await self._fail(response)
-        try:
-            audio = await response.read()
-        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
-            raise EngineError(f"The model's engine failed: {exc}") from None
-        finally:
-            response.release()
+        url = self._base + "/audio/speech"
+        response = await self._post(url, payload)
+        audio = await self._read(response, url)
         return audio, response.headers.get("Content-Type", "audio/wav")
 
     async def transcribe(self, path: str, filename: str, fields: dict[str, str]) -> dict[str, Any]:
         """`POST {base_url}/audio/transcriptions` (multipart), asked for verbose_json."""
+        url = self._base + "/audio/transcriptions"
         form = aiohttp.FormData()
         for name, value in fields.items():
             if name != "response_format":
@@ -166,46 +208,24 @@ class OpenAIHTTPEngine:
         headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
         with open(path, "rb") as audio:
             form.add_field("file", audio, filename=filename)
-            try:
-                response = await self._client().post(self._base + "/audio/transcriptions", data=form, headers=headers)
-            except asyncio.TimeoutError:
-                raise EngineTimeout(f"The model did not respond within {self._timeout_s:g} s") from None
-            except aiohttp.ClientConnectorError as exc:
-                raise EngineUnavailable(f"The model's engine is unreachable: {exc}") from None
-        if response.status >= 300:
-            await self._fail(response)
-        try:
-            body = orjson.loads(await response.read())
-        except orjson.JSONDecodeError:
-            raise EngineError("The model's engine returned a transcription that is not JSON") from None
-        finally:
-            response.release()
+            response = await self._send("POST", url, data=form, headers=headers)
+        body = self._parse(await self._read(response, url), url, "a transcription")
         if not isinstance(body, dict) or not isinstance(body.get("text"), str):
-            raise EngineError("The model's engine returned no transcript")
+            raise self._failed(EngineError, "returned no transcript", url)
         return body
 
     async def voices(self) -> Any:
         """`GET {base_url}/audio/voices`, as the engine lists them."""
-        try:
-            response = await self._client().get(self._base + "/audio/voices", headers=self._headers)
-        except asyncio.TimeoutError:
-            raise EngineTimeout(f"The model did not respond within {self._timeout_s:g} s") from None
-        except aiohttp.ClientConnectorError as exc:
-            raise EngineUnavailable(f"The model's engine is unreachable: {exc}") from None
-        if response.status >= 300:
-            await self._fail(response)
-        try:
-            return orjson.loads(await response.read())
-        except orjson.JSONDecodeError:
-            raise EngineError("The model's engine returned a voice list that is not JSON") from None
-        finally:
-            response.release()
+        url = self._base + "/audio/voices"
+        response = await self._send("GET", url, headers=self._headers)
+        return self._parse(await self._read(response, url), url, "a voice list")
 
     async def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[list[bytes]]:
         """Relay the upstream's SSE events, buffered to the blank line, until `[DONE]`."""
-        response = await self._post(self._chat_url, payload)
+        url = self._chat_url
+        response = await self._post(url, payload)
         if response.status >= 300:
-            await self._fail(response)
+            await self._read(response, url)  # raises
         finished = False
         try:
             buffer = b""
@@ -220,11 +240,11 @@ class OpenAIHTTPEngine:
                         yield events[:done]
                     return
                 yield events
-            raise EngineError("The model's engine closed the stream before it finished", code="upstream_closed")
+            raise self._failed(EngineError, "closed the stream before it finished", url, code="upstream_closed")
         except asyncio.TimeoutError:
-            raise EngineTimeout(f"The model sent nothing for {self._timeout_s:g} s") from None
+            raise self._timed_out(url, streaming=True) from None
         except aiohttp.ClientError as exc:
-            raise EngineError(f"The model's stream broke: {exc}", code="upstream_closed") from None
+            raise self._failed(EngineError, "broke the stream", url, exc, code="upstream_closed") from None
         finally:
             if finished:
                 response.release()
@@ -243,16 +263,13 @@ class OpenAIHTTPEngine:
             request["tools"] = payload["tools"]
         if payload.get("reasoning_effort"):
             request["chat_template_kwargs"] = {"reasoning_effort": payload["reasoning_effort"]}
-        response = await self._post(self._tokenize_url, request)
-        if response.status >= 300:
-            await self._fail(response)
+        url = self._tokenize_url
+        raw = await self._read(await self._post(url, request), url)
         try:
-            body = orjson.loads(await response.read())
+            body = orjson.loads(raw)
             count = int(body["count"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise EngineError("The model's engine gave an unreadable /tokenize answer") from None
-        finally:
-            response.release()
+            raise self._failed(EngineError, "gave an unreadable /tokenize answer", url, raw[:200]) from None
         window = self._context_length or body.get("max_model_len")
         return TokenCount(count, window, exact=True)
 

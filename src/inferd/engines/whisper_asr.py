@@ -48,7 +48,8 @@ class WhisperEngine:
                     for i, s in enumerate(segments)]
         except Exception as exc:  # PyAV raises its own errors on files it cannot decode
             if type(exc).__module__.startswith("av"):
-                raise InvalidRequest(f"file: not a readable audio file ({exc})", param="file") from None
+                reason = getattr(exc, "strerror", None) or type(exc).__name__  # str(exc) ends with the temp path
+                raise InvalidRequest(f"file: not a readable audio file ({reason})", param="file") from None
             raise
         return {"text": "".join(r["text"] for r in rows).strip(), "language": info.language,
                 "duration": round(info.duration, 3), "segments": rows}
