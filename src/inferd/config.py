@@ -94,6 +94,13 @@ class RequestLimits:
 
 
 @dataclass(frozen=True)
+class AudioConfig:
+    """The `[audio]` table: transcription refuses audio longer than `max_duration_s` (400)."""
+
+    max_duration_s: float = 3600.0
+
+
+@dataclass(frozen=True)
 class Catalogue:
     """Everything the TOML file holds."""
 
@@ -101,6 +108,7 @@ class Catalogue:
     idp: IdpConfig | None = None
     conversations: Mapping[str, Any] = field(default_factory=dict)
     batches: BatchConfig = field(default_factory=BatchConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
     source: str = "built-in catalogue"
 
@@ -165,7 +173,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
-_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits")
+_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio")
 
 
 class _Where:
@@ -321,10 +329,20 @@ def _parse_limits(where: _Where, raw: dict[str, Any]) -> RequestLimits:
     return RequestLimits(body_timeout_s=float(raw.get("body_timeout_s", RequestLimits.body_timeout_s)))
 
 
+def _parse_audio(where: _Where, raw: dict[str, Any]) -> AudioConfig:
+    for key, value in raw.items():
+        if key != "max_duration_s":
+            raise where.fail("[audio]", key, "unknown key (known: max_duration_s)")
+        _typecheck(where, "[audio]", key, value, (int, float))
+        if value <= 0:
+            raise where.fail("[audio]", key, "must be positive")
+    return AudioConfig(max_duration_s=float(raw.get("max_duration_s", AudioConfig.max_duration_s)))
+
+
 # `[conversations]` keys and their types (CONTRACT.md); readers use `.get(key, default)`.
 _CONVERSATION_KEYS: dict[str, type | tuple[type, ...]] = {
     "embedding_model": str, "default_chat_model": str, "max_tool_steps": int,
-    "ephemeral_ttl_seconds": (int, float),
+    "ephemeral_ttl_seconds": (int, float), "extract_timeout_s": (int, float),
 }
 
 
@@ -333,7 +351,7 @@ def _parse_conversations(where: _Where, raw: dict[str, Any]) -> dict[str, Any]:
         if key not in _CONVERSATION_KEYS:
             raise where.fail("[conversations]", key, f"unknown key (known: {', '.join(_CONVERSATION_KEYS)})")
         _typecheck(where, "[conversations]", key, value, _CONVERSATION_KEYS[key])
-        if key in ("max_tool_steps", "ephemeral_ttl_seconds") and value <= 0:
+        if key in ("max_tool_steps", "ephemeral_ttl_seconds", "extract_timeout_s") and value <= 0:
             raise where.fail("[conversations]", key, "must be positive")
     return dict(raw)
 
@@ -361,7 +379,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
     models = tuple(_parse_model(where, i, _with_builtin(where, i, m, builtins), engine_keys)
                    for i, m in enumerate(models_raw))
     models = settle_names(models, [default_aliases(m, builtins) for m in models_raw], str(path))
-    for table in ("conversations", "batches", "limits"):
+    for table in ("conversations", "batches", "limits", "audio"):
         if table in raw and not isinstance(raw[table], dict):
             raise where.fail(f"[{table}]", None, "expected a table")
     return Catalogue(
@@ -370,5 +388,6 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         conversations=_parse_conversations(where, raw.get("conversations", {})),
         batches=_parse_batches(where, raw.get("batches", {})),
         limits=_parse_limits(where, raw.get("limits", {})),
+        audio=_parse_audio(where, raw.get("audio", {})),
         source=str(path),
     )

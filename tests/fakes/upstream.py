@@ -45,6 +45,19 @@ from aiohttp import web
 
 REPLY_WORDS = "This is the mock upstream answering your request with sixteen words of plain text for you".split()
 MAX_MODEL_LEN = 4096
+# What the fake answers a transcription asked for in a plain format; when the form's `model` is
+# `mock-edges`, with a leading space and trailing blank lines that a relay which re-encodes or
+# trims would lose.
+PLAIN_TRANSCRIPTS = {
+    "text": b"fake transcript",
+    "srt": b"1\n00:00:00,000 --> 00:00:01,500\nfake transcript\n\n",
+    "vtt": b"WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nfake transcript\n\n",
+}
+EDGE_TRANSCRIPTS = {
+    "text": b" fake transcript\n\n",
+    "srt": b"1\n00:00:00,000 --> 00:00:01,500\n fake transcript\n\n\n",
+    "vtt": b"WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nfake transcript \n\n",
+}
 CRASH_TRACE = ('Traceback (most recent call last):\n  File "/srv/engine/worker.py", line 12, in generate\n'
                "RuntimeError: lost the worker at 10.1.2.3:8000")
 
@@ -275,6 +288,9 @@ class FakeUpstream:
         upload = form["file"]
         fields = {k: str(v) for k, v in form.items() if k != "file"}
         self.requests.append({"path": request.path, "body": {**fields, "file_bytes": len(upload.file.read())}})
+        if fields.get("response_format") in PLAIN_TRANSCRIPTS:
+            written = EDGE_TRANSCRIPTS if fields.get("model") == "mock-edges" else PLAIN_TRANSCRIPTS
+            return web.Response(body=written[fields["response_format"]], content_type="text/plain")
         return web.json_response({"text": "fake transcript", "language": "en", "duration": 1.5,
                                   "segments": [{"id": 0, "start": 0.0, "end": 1.5, "text": " fake transcript"}]})
 

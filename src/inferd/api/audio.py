@@ -1,7 +1,8 @@
-"""POST /v1/audio/speech and GET /v1/voices (workspace `audio`)."""
+"""POST /v1/audio/speech, GET /v1/voices and POST /v1/audio/transcriptions (workspace `audio`)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -11,7 +12,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from inferd.api.checks import MAX_MODEL_LENGTH, check_model
 from inferd.api.deps import metered_key, services
 from inferd.api.uploads import read_upload
-from inferd.engines.audio_codec import FORMATS
+from inferd.engines.audio_codec import FORMATS, audio_seconds
+from inferd.engines.transcripts import PLAIN_FORMATS, render
 from inferd.errors import InferdError, InvalidRequest
 from inferd.metering import usage_for
 from inferd.protocol.audio import SpeechRequest
@@ -82,32 +84,30 @@ MAX_AUDIO_BYTES = 75 * 1024 * 1024
 TRANSCRIPT_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 
 
-def _timestamp(seconds: float, separator: str) -> str:
-    millis = int(round(seconds * 1000))
-    hours, millis = divmod(millis, 3_600_000)
-    minutes, millis = divmod(millis, 60_000)
-    secs, millis = divmod(millis, 1000)
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{millis:03d}"
-
-
 def render_transcript(result: dict[str, Any], response_format: str) -> Response:
-    """The transcript in the requested format."""
-    segments = result.get("segments") or []
+    """The transcript in the requested format; plain formats are the engine's own bytes when it
+    wrote them (an upstream asked for that format), unchanged."""
     if response_format == "json":
         return Response(orjson.dumps({"text": result["text"]}), media_type="application/json")
     if response_format == "verbose_json":
         verbose = {"task": "transcribe", "language": result.get("language"), "duration": result.get("duration"),
-                   "text": result["text"], "segments": segments}
+                   "text": result["text"], "segments": result.get("segments") or []}
         return Response(orjson.dumps(verbose), media_type="application/json")
-    if response_format == "text":
-        return Response(result["text"], media_type="text/plain")
-    if response_format == "srt":
-        blocks = [f"{i + 1}\n{_timestamp(s['start'], ',')} --> {_timestamp(s['end'], ',')}\n{s['text'].strip()}\n"
-                  for i, s in enumerate(segments)]
-        return Response("\n".join(blocks), media_type="text/plain")
-    blocks = [f"{_timestamp(s['start'], '.')} --> {_timestamp(s['end'], '.')}\n{s['text'].strip()}\n"
-              for s in segments]
-    return Response("WEBVTT\n\n" + "\n".join(blocks), media_type="text/vtt")
+    body = result.get("body")
+    if not isinstance(body, bytes):
+        body = render(result, response_format)
+    return Response(body, media_type=PLAIN_FORMATS[response_format])
+
+
+async def check_duration(path: str, limit_s: float) -> None:
+    """400 `audio_too_long` for audio that plays longer than `[audio] max_duration_s`, found by
+    decoding on a worker thread and stopping just past the limit. Every engine gets this check
+    (an HTTP upstream too: it costs the gateway about a second per hour of audio); a file PyAV
+    cannot read goes on to the engine, which knows its own formats and answers for it."""
+    seconds = await asyncio.to_thread(audio_seconds, path, limit_s)
+    if seconds is not None and seconds > limit_s:
+        raise InvalidRequest(f"file: the audio is longer than {limit_s:g} seconds, the longest this "
+                             f"server transcribes", code="audio_too_long", param="file")
 
 
 @router.post("/v1/audio/transcriptions", openapi_extra={"requestBody": {"content": {"multipart/form-data": {
@@ -127,6 +127,7 @@ async def transcriptions(request: Request, model: str = Query("stt", max_length=
         if response_format not in TRANSCRIPT_FORMATS:
             raise InvalidRequest(f"response_format: must be one of {', '.join(TRANSCRIPT_FORMATS)}",
                                  param="response_format")
+        await check_duration(str(upload.path), svc.config.audio.max_duration_s)
         started = time.perf_counter()
         try:
             result = await deployment.engine.transcribe(  # type: ignore[attr-defined]

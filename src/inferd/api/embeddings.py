@@ -11,15 +11,27 @@ import numpy as np
 import orjson
 
 from inferd.api.asgi import JSON_HEADERS, Receive, Send, send_bytes
-from inferd.api.checks import check_model
+from inferd.api.checks import check_model, is_int
 from inferd.api.hot import JsonRoute
 from inferd.auth.principal import Authenticator
 from inferd.catalogue import ModelCatalogue
 from inferd.engines.base import EmbeddingEngine
-from inferd.errors import InferdError
+from inferd.errors import InferdError, InvalidRequest
 from inferd.limits.base import Limits
 from inferd.metering import UsageWriter, usage_for
 from inferd.store.keys import KeyRecord
+
+
+MAX_INPUTS = 2048  # per request (CONTRACT.md decision 22): one call is a bounded amount of work
+
+
+def check_embeddings(body: dict[str, Any]) -> None:
+    """`model` as the spec validates it, and at most 2048 entries in an `input` array."""
+    check_model(body)
+    inputs = body.get("input")
+    # An array of integers is one input already tokenized (the OpenAI shape), not many inputs.
+    if isinstance(inputs, list) and len(inputs) > MAX_INPUTS and not all(is_int(i) for i in inputs):
+        raise InvalidRequest(f"input: at most {MAX_INPUTS} inputs per request, got {len(inputs)}", param="input")
 
 
 def as_base64(vector: list[float]) -> str:
@@ -37,7 +49,7 @@ class EmbeddingsRoute(JsonRoute):
 
     async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
         """Embed the input; floats upstream, base64 made here when asked for."""
-        check_model(body)
+        check_embeddings(body)
         await self.limits.admit(key, metered=True)
         deployment = self._catalogue.resolve(body["model"], key)
         deployment.require_type(("embeddings",), "embeddings")

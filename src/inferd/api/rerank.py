@@ -21,14 +21,20 @@ from inferd.metering import UsageWriter, usage_for
 from inferd.store.keys import KeyRecord
 
 
+MAX_DOCUMENTS = 1000  # per request (CONTRACT.md decision 22): one call is a bounded amount of work
+
+
 def check_rerank(body: dict[str, Any]) -> None:
-    """RerankRequest: model, query string, documents array of strings, top_n integer >= 1."""
+    """RerankRequest: model, query string, documents array of at most 1000 strings, top_n integer >= 1."""
     check_model(body)
     if not isinstance(body.get("query"), str):
         raise InvalidRequest("query: required string", param="query")
     documents = body.get("documents")
     if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
         raise InvalidRequest("documents: required array of strings", param="documents")
+    if len(documents) > MAX_DOCUMENTS:
+        raise InvalidRequest(f"documents: at most {MAX_DOCUMENTS} documents per request, got {len(documents)}",
+                             param="documents")
     top_n = body.get("top_n")
     if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
         raise InvalidRequest("top_n: must be an integer >= 1", param="top_n")

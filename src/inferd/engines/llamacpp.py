@@ -4,6 +4,11 @@ The prompt is the GGUF's own chat template (`tokenizer.chat_template`) rendered 
 here, so `count_tokens` is exactly the prompt that is billed. Generation runs on worker threads,
 one per model instance (`slots`); requests wait their turn in arrival order, and a stream whose
 client leaves stops at the next token.
+
+Preparing a prompt (template, tokenizer, response-format grammar) runs on threads of its own, never
+on the event loop: a 32 MiB prompt takes seconds to tokenize, and other clients must not wait on it.
+Those threads share the first model instance, which is safe: llama.cpp's tokenizer only reads the
+vocabulary, never the context that a generation on another thread is using.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ BASE_PARAMETERS = ("max_tokens", "max_completion_tokens", "temperature", "top_p"
 OPTION_KEYS = ("model_path", "n_ctx", "n_threads", "slots", "builtin_weights", "model_dir")
 BUILTIN_WEIGHTS = {"qwen2.5-coder-0.5b-instruct": QWEN_CODER_05B}
 DEFAULT_TEMPERATURE = 0.7
+# Prompt threads: enough that a small request never waits for one huge prompt, few enough that a
+# burst of huge ones queues instead of taking every core from generation.
+PROMPT_THREADS = 4
 _END = object()
 
 
@@ -68,6 +76,22 @@ def _fresh(llama: "Llama", sampling: dict[str, Any]) -> "Llama":
     return llama
 
 
+def _tokenize(llama: "Llama", text: bytes, add_bos: bool, limit: int) -> tuple[int, list[int]]:
+    """(number of tokens in `text`, the tokens themselves when there are at most `limit`, else []).
+
+    llama.cpp reports the size of a prompt that does not fit the buffer without writing it, so an
+    oversized prompt is counted in one pass and never becomes a Python list of millions of ints
+    (which Llama.tokenize would build, holding the GIL, after tokenizing twice)."""
+    import llama_cpp
+
+    buffer = (llama_cpp.llama_token * max(limit, 1))()
+    vocab = llama_cpp.llama_model_get_vocab(llama.model)
+    written = llama_cpp.llama_tokenize(vocab, text, len(text), buffer, limit, add_bos, True)
+    if written < 0:
+        return -written, []
+    return written, list(buffer[:written])
+
+
 def _tool_names(payload: dict[str, Any]) -> frozenset[str]:
     return frozenset(t["function"]["name"] for t in payload.get("tools") or () if isinstance(t, dict)
                      and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str))
@@ -96,6 +120,8 @@ class LlamaCppEngine:
         self._template = ChatTemplate(template, bos_token=self._token_text(first.token_bos()),
                                       eos_token=self._token_text(first.token_eos()))
         self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"llamacpp-{model.id}")
+        self._prompts = ThreadPoolExecutor(max_workers=PROMPT_THREADS,
+                                           thread_name_prefix=f"llamacpp-{model.id}-prompt")
         self._free: asyncio.Queue[Llama] | None = None
 
     def _token_text(self, token: int) -> str:
@@ -103,9 +129,18 @@ class LlamaCppEngine:
             return ""
         return self._llamas[0].detokenize([token], special=True).decode("utf-8", "replace")
 
-    def _tokens(self, payload: dict[str, Any]) -> list[int]:
+    def _prompt(self, payload: dict[str, Any], limit: int) -> tuple[int, list[int]]:
+        """(prompt tokens, the tokens when they fit `limit`) for a payload; runs on a prompt thread."""
         text = self._template.render({**payload, "messages": text_only(payload.get("messages") or [], self._id)})
-        return self._llamas[0].tokenize(text.encode("utf-8"), add_bos=self._add_bos, special=True)
+        return _tokenize(self._llamas[0], text.encode("utf-8"), self._add_bos, limit)
+
+    def _prepare(self, payload: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
+        """The prompt's tokens and the sampling settings (grammar compiled); runs on a prompt thread."""
+        count, tokens = self._prompt(payload, self._n_ctx)
+        return tokens, self._sampling(payload, count)
+
+    async def _prepared(self, payload: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
+        return await asyncio.get_running_loop().run_in_executor(self._prompts, self._prepare, payload)
 
     async def _slot(self) -> "Llama":
         if self._free is None:
@@ -138,8 +173,7 @@ class LlamaCppEngine:
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One blocking chat completion."""
-        tokens = self._tokens(payload)
-        sampling = self._sampling(payload, len(tokens))
+        tokens, sampling = await self._prepared(payload)
         llama = await self._slot()
         try:
             loop = asyncio.get_running_loop()
@@ -165,8 +199,7 @@ class LlamaCppEngine:
 
     async def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[list[bytes]]:
         """Chunks in the OpenAI stream shape; tool calls become tool_calls deltas."""
-        tokens = self._tokens(payload)
-        sampling = self._sampling(payload, len(tokens))
+        tokens, sampling = await self._prepared(payload)
         llama = await self._slot()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -237,10 +270,13 @@ class LlamaCppEngine:
 
     async def count_tokens(self, payload: dict[str, Any]) -> TokenCount:
         """Exactly the prompt tokens a completion of this payload bills."""
-        return TokenCount(len(self._tokens(payload)), self._n_ctx, exact=True)
+        loop = asyncio.get_running_loop()
+        count, _ = await loop.run_in_executor(self._prompts, self._prompt, payload, 0)
+        return TokenCount(count, self._n_ctx, exact=True)
 
     async def close(self) -> None:
         """Free the models."""
+        self._prompts.shutdown(wait=True, cancel_futures=True)
         self._executor.shutdown(wait=True)
         for llama in self._llamas:
             llama.close()

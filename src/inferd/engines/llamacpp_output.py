@@ -123,6 +123,9 @@ class ToolCallParser:
         return [{"content": rest}] if rest.strip() or (rest and not self.calls) else []
 
 
+# Called from the engine's prompt threads. lru_cache is thread-safe (two threads may at worst both
+# compile a new schema), and a LlamaGrammar holds only its GBNF text: every completion builds its
+# own sampler from it, so one cached grammar serves concurrent generations.
 @lru_cache(maxsize=64)
 def _grammar(kind: str, schema: str) -> Any:
     from llama_cpp import LlamaGrammar

@@ -14,6 +14,7 @@ import orjson
 from inferd.config import ModelConfig
 from inferd.engines.base import TokenCount, estimate_tokens
 from inferd.engines.hf_tokenizer import ChatTemplateTokenizer
+from inferd.engines.transcripts import PLAIN_FORMATS, spoken_text
 from inferd.errors import (ConfigError, EngineCredentialsRefused, EngineError, EngineTimeout, EngineUnavailable,
                            RelayedError)
 
@@ -198,18 +199,24 @@ class OpenAIHTTPEngine:
         return audio, response.headers.get("Content-Type", "audio/wav")
 
     async def transcribe(self, path: str, filename: str, fields: dict[str, str]) -> dict[str, Any]:
-        """`POST {base_url}/audio/transcriptions` (multipart), asked for verbose_json."""
+        """`POST {base_url}/audio/transcriptions` (multipart). A plain format (text, srt, vtt) is asked
+        for as such and its bytes come back unchanged under `body`; json formats as verbose_json."""
         url = self._base + "/audio/transcriptions"
+        response_format = fields.get("response_format") or "json"
+        plain = response_format in PLAIN_FORMATS
         form = aiohttp.FormData()
         for name, value in fields.items():
             if name != "response_format":
                 form.add_field(name, value)
-        form.add_field("response_format", "verbose_json")
+        form.add_field("response_format", response_format if plain else "verbose_json")
         headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
         with open(path, "rb") as audio:
             form.add_field("file", audio, filename=filename)
             response = await self._send("POST", url, data=form, headers=headers)
-        body = self._parse(await self._read(response, url), url, "a transcription")
+        raw = await self._read(response, url)
+        if plain:
+            return {"text": spoken_text(raw, response_format), "body": raw}
+        body = self._parse(raw, url, "a transcription")
         if not isinstance(body, dict) or not isinstance(body.get("text"), str):
             raise self._failed(EngineError, "returned no transcript", url)
         return body

@@ -1,4 +1,5 @@
-"""Text out of an uploaded file, by extension. Runs on a worker thread (it is CPU work).
+"""Text out of an uploaded file, by extension. Runs on a worker thread (it is CPU work); PDFs are
+read in a child process with a time limit (pdf.py).
 
 Every reader stops once it holds more than MAX_CHARS characters, so a large file costs no more
 than its first million characters. OOXML and ODF files are zip archives: they are opened only
@@ -18,6 +19,7 @@ from typing import Callable
 from xml.etree import ElementTree
 
 from inferd.errors import InvalidRequest
+from inferd.services.ingest.pdf import PDF_TIMEOUT_S, pdf_text
 
 MAX_CHARS = 1_000_000
 TEXT_EXTENSIONS = frozenset({"txt", "md", "markdown", "log", "json", "jsonl", "ndjson", "geojson", "xml", "yaml",
@@ -155,30 +157,6 @@ def _rtf_text(path: Path) -> str:
     return str(rtf_to_text(raw, errors="replace"))
 
 
-def _pdf_text(path: Path) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
-
-    try:
-        reader = PdfReader(str(path))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise _unreadable("the PDF is encrypted")
-        parts: list[str] = []
-        size = 0
-        for page in reader.pages:
-            text = page.extract_text() or ""
-            parts.append(text)
-            size += len(text)
-            if size > MAX_CHARS:
-                break
-    except InvalidRequest:
-        raise
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError,
-            NotImplementedError, AssertionError, ZeroDivisionError) as exc:
-        raise _unreadable(f"not a readable PDF ({exc.__class__.__name__})") from None
-    return "\n\n".join(parts)
-
-
 # --- zip-based documents (OOXML, ODF) ------------------------------------------------------
 
 def open_archive(path: Path) -> zipfile.ZipFile:
@@ -309,7 +287,7 @@ def _odf_text(path: Path) -> str:
 _READERS: dict[str, Callable[[Path], str]] = {
     **{ext: _plain_text for ext in TEXT_EXTENSIONS},
     **{ext: _html_text for ext in HTML_EXTENSIONS},
-    "rtf": _rtf_text, "pdf": _pdf_text, "docx": _docx_text, "pptx": _pptx_text, "odt": _odf_text, "odp": _odf_text,
+    "rtf": _rtf_text, "docx": _docx_text, "pptx": _pptx_text, "odt": _odf_text, "odp": _odf_text,
 }
 
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
@@ -324,10 +302,12 @@ def normalise(text: str) -> str:
     return text.strip()
 
 
-def extract_text(path: Path, filename: str) -> Extracted:
-    """The text of an upload (400 for a type we do not read, an unreadable file, or no text)."""
+def extract_text(path: Path, filename: str, pdf_timeout_s: float = PDF_TIMEOUT_S) -> Extracted:
+    """The text of an upload (400 for a type we do not read, an unreadable file, no text, or a PDF
+    that takes longer than `pdf_timeout_s` to read)."""
     extension = check_extension(filename)
-    text = normalise(_READERS[extension](path))
+    raw = pdf_text(path, MAX_CHARS, pdf_timeout_s) if extension == "pdf" else _READERS[extension](path)
+    text = normalise(raw)
     if not text:
         raise InvalidRequest("The file has no readable text content", code="no_readable_content", param="file")
     truncated = len(text) > MAX_CHARS

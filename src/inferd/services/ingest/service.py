@@ -18,6 +18,7 @@ from inferd.metering import usage_for
 from inferd.services.ingest.chunk import CHUNK_CHARS, OVERLAP_CHARS, chunk_text
 from inferd.services.ingest.embed import EmbeddingFailed, embed_texts, embedding_deployment
 from inferd.services.ingest.extract import MAX_CHARS, check_extension, extract_text
+from inferd.services.ingest.pdf import PDF_TIMEOUT_S
 from inferd.store import sources as store
 from inferd.store.keys import KeyRecord
 
@@ -43,6 +44,11 @@ def sha256_file(path: Path) -> str:
         while piece := handle.read(1 << 20):
             digest.update(piece)
     return digest.hexdigest()
+
+
+def extract_timeout(svc: "Services") -> float:
+    """How long one PDF may take to read (`[conversations] extract_timeout_s`)."""
+    return float(svc.config.conversations.get("extract_timeout_s", PDF_TIMEOUT_S))
 
 
 def embedding_model(svc: "Services") -> str:
@@ -97,7 +103,7 @@ async def vectorize(svc: "Services", key: KeyRecord, requested: int, path: Path,
     model = embedding_model(svc)
     deployment = embedding_deployment(svc.catalogue, model, key)
     try:
-        extracted = await asyncio.to_thread(extract_text, path, filename)
+        extracted = await asyncio.to_thread(extract_text, path, filename, extract_timeout(svc))
     finally:
         path.unlink(missing_ok=True)  # the uploaded bytes are not kept
     chunks = chunk_text(extracted.text)
