@@ -109,5 +109,5 @@ def test_serve_help_names_the_limits_an_operator_sets() -> None:
     """`inferd serve --help` lists the body caps and the settings that bound one request."""
     result = subprocess.run([INFERD, "serve", "--help"], capture_output=True, text=True, env=clean_env({}))
     assert result.returncode == 0
-    for needle in ("32 MiB", "64 KiB", "1 MiB", "75 MiB", "body_timeout_s", "max_duration_s", "2048", "--rpm"):
+    for needle in ("32 MiB", "64 KiB", "1 MiB", "75 MiB", "body_timeout_s", "max_duration_s", "extract_timeout_s", "2048", "--rpm"):
         assert needle in result.stdout, needle

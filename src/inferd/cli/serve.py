@@ -39,6 +39,8 @@ Set in the configuration file:
   [limits] body_timeout_s = 30   grace for a body to arrive, then it must keep
                                  up 64 KiB/s on average (408 otherwise)
   [audio] max_duration_s = 3600  longest audio a transcription takes (400)
+  [conversations] extract_timeout_s = 60
+                                 time to extract one PDF (400 extraction_timeout)
   [[models]] timeout_s, [batches] window_seconds / max_concurrency
 Keys carry their own limits: inferd keys create --budget-usd X --rpm N.
 """
