@@ -63,6 +63,12 @@ upstream_model = "mock-error-500"
 id = "mock-flaky"
 base_url = "{upstream}/v1"
 upstream_model = "mock-flaky-2"
+
+[[models]]
+# An engine call that never answers, and no timeout_s: only expiry (or a cancel) ends its lines.
+id = "mock-hang"
+base_url = "{upstream}/v1"
+upstream_model = "mock-hang"
 """
 
 
@@ -110,6 +116,15 @@ def short_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -
 def api_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[Server]:
     """`inferd serve --no-batch-worker`: batches wait for a separately started worker."""
     yield from serve_batches(tmp_path_factory, upstream, "api", 600, 600, batch_worker=False)
+
+
+def cli(server: Server, *args: str) -> str:
+    """Run `inferd ARGS` against the server's database (as an operator would); its stdout."""
+    env = clean_env({**server.backend.env(), "INFERD_DATA_DIR": str(server.data_dir),
+                     **({"INFERD_CONFIG": str(server.config)} if server.config else {})})
+    done = subprocess.run([INFERD, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 class Worker:

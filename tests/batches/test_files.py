@@ -1,4 +1,4 @@
-"""/v1/files: upload, retrieve, content, delete, the 64 MiB cap, purposes, org isolation."""
+"""/v1/files: upload, retrieve, content, delete, the 64 MiB cap, purposes, org and key isolation."""
 
 from __future__ import annotations
 
@@ -122,11 +122,15 @@ def test_org_isolation(batch_server: Server) -> None:
     assert httpx.get(f"{batch_server.v1}/files/{uploaded['id']}", headers=auth(owner)).status_code == 200
 
 
-def test_same_org_keys_share_files(batch_server: Server) -> None:
+def test_files_belong_to_their_key(batch_server: Server) -> None:
+    """Decision 6: another application key of the org gets 404; the org's admin key sees the file
+    (tests/batches/test_ownership.py covers every route)."""
     first = batch_server.create_key(org="shared-org-files")
     second = batch_server.create_key(org="shared-org-files")
+    admin = batch_server.create_key(org="shared-org-files", key_type="admin")
     uploaded = upload(batch_server, first, jsonl([request_line("a")]))
-    assert httpx.get(f"{batch_server.v1}/files/{uploaded['id']}", headers=auth(second)).status_code == 200
+    assert httpx.get(f"{batch_server.v1}/files/{uploaded['id']}", headers=auth(second)).status_code == 404
+    assert httpx.get(f"{batch_server.v1}/files/{uploaded['id']}", headers=auth(admin)).json() == uploaded
 
 
 def test_files_live_in_the_data_dir(batch_server: Server) -> None:

@@ -157,7 +157,9 @@ def test_transient_failures_are_retried(batch_server: Server, upstream: Upstream
     assert [l["custom_id"] for l in errors] == ["down"]
     assert errors[0]["error"]["status_code"] == 502
     tries = [r for r in upstream.requests() if "down for good" in orjson.dumps(r["body"]["messages"]).decode()]
-    assert len(tries) == 4  # 1 try + 3 retries
+    assert len(tries) == 4  # 1 try + 3 retries, and the line ran once (never picked up again)
+    flaky_tries = [r for r in upstream.requests() if "flaky once more" in orjson.dumps(r["body"]["messages"]).decode()]
+    assert len(flaky_tries) == 3
     usage = {orjson.loads(r["metadata"])["cid"]: r for r in batch_usage(batch_server, key)}
     assert (usage["flaky"]["status_code"], usage["down"]["status_code"]) == (200, 502)
 

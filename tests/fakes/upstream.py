@@ -5,6 +5,7 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 
 - `mock`                 a 16-word reply (one SSE chunk per word when streaming)
 - `mock-sleep-<S>`       waits S seconds (float) before answering at all
+- `mock-hang`            never answers; records an abort (`chunks_sent` 0) once the client goes away
 - `mock-stall-after-<N>` streams N chunks, then sends nothing more (mid-stream timeout)
 - `mock-drop-after-<N>`  streams N chunks, then closes the connection without a terminator
 - `mock-error-<STATUS>`  answers STATUS with an upstream-shaped error body
@@ -168,6 +169,8 @@ class FakeUpstream:
         sleep = _suffix_number(model, "mock-sleep-")
         if sleep:
             await asyncio.sleep(sleep)
+        if model == "mock-hang":
+            return await self._hang(request, model)
         flaky = _suffix_number(model, "mock-flaky-")
         if flaky:
             messages = json.dumps(body.get("messages"))
@@ -195,6 +198,15 @@ class FakeUpstream:
         if model != "mock-nousage":
             reply["usage"] = _usage(body, len(words))
         return web.json_response(reply)
+
+    async def _hang(self, request: web.Request, model: str) -> web.Response:
+        """An engine call that never ends: wait until the client closes the connection."""
+        try:
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.05)
+        finally:
+            self.aborts.append({"model": model, "chunks_sent": 0})
+        return web.Response(status=499)
 
     async def _stream(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

@@ -25,14 +25,14 @@ async def create_batch(request: Request, body: BatchCreateRequest,
 
 @router.get("/v1/batches/{batch_id}", response_model=BatchObject)
 async def get_batch(request: Request, batch_id: str, key: KeyRecord = Depends(long_lived_key)) -> dict[str, Any]:
-    """One batch of the caller's org."""
+    """One batch of the caller's key (any of the org's for an admin key)."""
     return await services(request).batches.get(key, batch_id)
 
 
 @router.get("/v1/batches", response_model=BatchList)
 async def list_batches(request: Request, limit: int = Query(20, ge=1, le=100), after: str | None = Query(None),
                        key: KeyRecord = Depends(long_lived_key)) -> dict[str, Any]:
-    """One page of the org's batches, newest first."""
+    """One page of the caller's batches (the org's for an admin key), newest first."""
     return await services(request).batches.list_page(key, limit, after)
 
 

@@ -11,7 +11,7 @@ from inferd.api.deps import long_lived_key, services
 from inferd.api.uploads import read_upload
 from inferd.errors import InvalidRequest, NotFound
 from inferd.protocol.files import FileDeleted, FileObject
-from inferd.services.batches import file_object
+from inferd.services.batches import file_object, owner_filter
 from inferd.store.files import StoredFile, new_file_id
 from inferd.store.keys import KeyRecord
 
@@ -22,7 +22,8 @@ PURPOSES = ("batch",)
 
 
 async def _own_file(request: Request, file_id: str, key: KeyRecord) -> StoredFile:
-    stored = await services(request).batches.files.get(file_id, key.org_id)
+    """A file the caller may see: its key's own, or any of its org's for an admin key (404 otherwise)."""
+    stored = await services(request).batches.files.get(file_id, key.org_id, owner_filter(key))
     if stored is None:
         raise NotFound(f"No file '{file_id}'", code="file_not_found")
     return stored
@@ -47,13 +48,14 @@ async def upload_file(request: Request, key: KeyRecord = Depends(long_lived_key)
         upload.path = None  # renamed into place: no longer ours to discard
     finally:
         upload.discard()
-    stored = await store.add(file_id, key.org_id, upload.filename or "upload.jsonl", upload.size, purpose, path)
+    stored = await store.add(file_id, key.org_id, key.access_key_id, upload.filename or "upload.jsonl", upload.size,
+                             purpose, path)
     return file_object(stored)
 
 
 @router.get("/v1/files/{file_id}", response_model=FileObject)
 async def get_file(request: Request, file_id: str, key: KeyRecord = Depends(long_lived_key)) -> dict[str, object]:
-    """A file of the caller's org."""
+    """A file of the caller's key (any of the org's for an admin key)."""
     return file_object(await _own_file(request, file_id, key))
 
 

@@ -13,7 +13,7 @@ import orjson
 
 from inferd.config import BatchConfig
 from inferd.errors import InvalidRequest, NotFound
-from inferd.store.batches import BatchRepository
+from inferd.store.batches import KEY_REVOKED, BatchRepository
 from inferd.store.db import utcnow
 from inferd.store.files import FileStore, StoredFile
 from inferd.store.keys import KeyRecord
@@ -22,14 +22,21 @@ from inferd.worker.validate import validate_file
 ENDPOINT = "/v1/chat/completions"
 WINDOW = "24h"
 LEASE_SECONDS = 10.0  # a crashed worker's batches are taken over this long after its last renewal
-# The error code of lines that never ran, per terminal status.
+# The error code of lines that never ran, per terminal status (or the batch's `cancel_reason`).
 UNRUN_CODES = {"expired": ("batch_expired", "The batch's completion window elapsed before this request ran"),
-               "cancelled": ("batch_cancelled", "The batch was cancelled before this request ran")}
+               "cancelled": ("batch_cancelled", "The batch was cancelled before this request ran"),
+               KEY_REVOKED: ("key_revoked", "The batch's API key was revoked before this request ran")}
 
 
 def unix(moment: datetime) -> int:
     """A naive UTC datetime as Unix seconds."""
     return int(moment.replace(tzinfo=timezone.utc).timestamp())
+
+
+def owner_filter(key: KeyRecord) -> str | None:
+    """The access key id a caller's files and batches are filtered by: its own, or None for an
+    admin key, which sees and manages all of its org's (CONTRACT.md decision 6)."""
+    return None if key.type == "admin" else key.access_key_id
 
 
 def new_request_id() -> str:
@@ -85,7 +92,7 @@ class BatchService:
             raise InvalidRequest(f"endpoint: only {ENDPOINT} is supported", param="endpoint")
         if window != WINDOW:
             raise InvalidRequest(f"completion_window: only {WINDOW} is supported", param="completion_window")
-        stored = await self.files.get(input_file_id, key.org_id)
+        stored = await self.files.get(input_file_id, key.org_id, owner_filter(key))
         if stored is None:
             raise NotFound(f"No file '{input_file_id}'", code="file_not_found", param="input_file_id")
         if stored.purpose != "batch":
@@ -100,22 +107,27 @@ class BatchService:
             "created_at": now, "expires_at": now + timedelta(seconds=self.config.window_seconds)})
         return batch_object(row, {})
 
-    async def get(self, key: KeyRecord, batch_id: str) -> dict[str, Any]:
-        """A batch of the caller's org (404 otherwise)."""
-        row = await self.repo.get(batch_id, key.org_id)
+    async def _visible(self, key: KeyRecord, batch_id: str) -> dict[str, Any]:
+        """A batch the caller may see: its own, or any of its org's for an admin key (404 otherwise)."""
+        row = await self.repo.get(batch_id, key.org_id, owner_filter(key))
         if row is None:
             raise NotFound(f"No batch '{batch_id}'", code="batch_not_found")
-        return await self.render(row)
+        return row
+
+    async def get(self, key: KeyRecord, batch_id: str) -> dict[str, Any]:
+        """A batch the caller may see (404 otherwise)."""
+        return await self.render(await self._visible(key, batch_id))
 
     async def list_page(self, key: KeyRecord, limit: int, after: str | None) -> dict[str, Any]:
-        """One page, newest first, after the batch id `after`."""
+        """One page of the batches the caller may see, newest first, after the batch id `after`."""
         after_seq = None
+        owner = owner_filter(key)
         if after is not None:
-            cursor = await self.repo.get(after, key.org_id)
+            cursor = await self.repo.get(after, key.org_id, owner)
             if cursor is None:
                 raise InvalidRequest(f"after: no batch '{after}'", param="after")
             after_seq = int(cursor["seq"])
-        rows = await self.repo.page(key.org_id, limit + 1, after_seq)
+        rows = await self.repo.page(key.org_id, owner, limit + 1, after_seq)
         has_more = len(rows) > limit
         rows = rows[:limit]
         counts = await self.repo.counts([r["id"] for r in rows])
@@ -125,9 +137,7 @@ class BatchService:
 
     async def cancel(self, key: KeyRecord, batch_id: str) -> dict[str, Any]:
         """`cancelling` while a worker runs the batch (its lines drain), else `cancelled` at once."""
-        row = await self.repo.get(batch_id, key.org_id)
-        if row is None:
-            raise NotFound(f"No batch '{batch_id}'", code="batch_not_found")
+        row = await self._visible(key, batch_id)
         if row["status"] in ("completed", "failed", "expired"):
             raise InvalidRequest(f"Batch '{batch_id}' is {row['status']} and cannot be cancelled",
                                  code="batch_not_cancellable")
@@ -156,10 +166,11 @@ class BatchService:
         status, atomically. Lines that never ran go to the error file (expired, cancelled)."""
         row = await self.repo.get(batch_id)
         assert row is not None
-        if status in UNRUN_CODES and not row["validated"]:
+        if status in ("expired", "cancelled") and not row["validated"]:
             await self._load_unrun_lines(row, owner)
         lines = await self.repo.all_lines(batch_id)
-        code, message = UNRUN_CODES.get(status, ("batch_not_run", "The request did not run"))
+        reason = row["cancel_reason"] if status == "cancelled" and row["cancel_reason"] else status
+        code, message = UNRUN_CODES.get(reason, ("batch_not_run", "The request did not run"))
         output: list[bytes] = []
         failed: list[bytes] = []
         for _, custom_id, state, result in lines:
@@ -175,7 +186,8 @@ class BatchService:
                                         (f"file-err-{hex_id}", failed, "error")):
             if content:
                 path, size = await asyncio.to_thread(self.files.write_lines, file_id, content)
-                new_files.append({"id": file_id, "org_id": row["org_id"], "filename": f"{batch_id}_{label}.jsonl",
+                new_files.append({"id": file_id, "org_id": row["org_id"], "key_id": row["key_id"],
+                                  "filename": f"{batch_id}_{label}.jsonl",
                                   "bytes": size, "purpose": "batch_output", "status": "processed", "path": path,
                                   "created_at": utcnow().replace(microsecond=0)})
         await self.repo.finish(batch_id, owner, LEASE_SECONDS, status, new_files, self.config.retention_seconds,

@@ -12,19 +12,26 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 import orjson
-from sqlalchemy import Connection, Engine, bindparam, create_engine, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, exists, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.db import utcnow
-from inferd.store.tables import batch_lines, batches, files, key_spend, usage_rows
+from inferd.store.tables import api_keys, batch_lines, batches, files, key_spend, usage_rows
 from inferd.store.usage import rollup_deltas, rollup_upsert
 
 LIVE = ("validating", "in_progress", "finalizing", "cancelling")
 TERMINAL = ("completed", "failed", "expired", "cancelled")
+KEY_REVOKED = "key_revoked"  # `cancel_reason` of a batch stopped because its key was revoked
 _INSERT_CHUNK = 500
+
+_key = api_keys.alias("k")
+_parent = api_keys.alias("p")
+# A key is revoked when it or the key that minted it is (CONTRACT.md 22).
+_REVOKED = or_(_key.c.revoked_at.is_not(None), _parent.c.revoked_at.is_not(None))
+_KEYS = _key.outerjoin(_parent, _parent.c.id == _key.c.parent_key_id)
 
 
 class LeaseLost(Exception):
@@ -64,11 +71,13 @@ class BatchRepository:
             await conn.execute(insert(batches).values(**values))
             return dict((await conn.execute(select(batches).where(batches.c.id == values["id"]))).mappings().one())
 
-    async def get(self, batch_id: str, org_id: int | None = None) -> dict[str, Any] | None:
-        """A batch row, or None when missing or (with `org_id`) another org's."""
+    async def get(self, batch_id: str, org_id: int | None = None, key_id: str | None = None) -> dict[str, Any] | None:
+        """A batch row, or None when missing, (with `org_id`) another org's or (with `key_id`) another key's."""
         query = select(batches).where(batches.c.id == batch_id)
         if org_id is not None:
             query = query.where(batches.c.org_id == org_id)
+        if key_id is not None:
+            query = query.where(batches.c.key_id == key_id)
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).mappings().first()
         return dict(row) if row else None
@@ -86,9 +95,12 @@ class BatchRepository:
                 result[batch_id][state] = int(count)
         return result
 
-    async def page(self, org_id: int, limit: int, after_seq: int | None) -> list[dict[str, Any]]:
-        """Up to `limit` batches of an org, newest first, older than `after_seq` when given."""
+    async def page(self, org_id: int, key_id: str | None, limit: int, after_seq: int | None) -> list[dict[str, Any]]:
+        """Up to `limit` batches of an org (with `key_id`, of that key only), newest first, older
+        than `after_seq` when given."""
         query = select(batches).where(batches.c.org_id == org_id)
+        if key_id is not None:
+            query = query.where(batches.c.key_id == key_id)
         if after_seq is not None:
             query = query.where(batches.c.seq < after_seq)
         query = query.order_by(batches.c.seq.desc()).limit(limit)
@@ -116,20 +128,22 @@ class BatchRepository:
     # --- the worker side -------------------------------------------------------------------
 
     async def claim(self, owner: str, lease_seconds: float, skip: Iterable[str] = (),
-                    expired_only: bool = False) -> dict[str, Any] | None:
-        """Lease the oldest live batch nobody holds (SKIP LOCKED on PostgreSQL); with
-        `expired_only`, one whose window has elapsed."""
+                    due_only: bool = False) -> dict[str, Any] | None:
+        """Lease the oldest live batch nobody holds (SKIP LOCKED on PostgreSQL); with `due_only`,
+        one that only needs finishing: its window has elapsed or its key was revoked."""
         now = utcnow()
         free = or_(batches.c.lease_until.is_(None), batches.c.lease_until < now)
         query = select(batches.c.id).where(batches.c.status.in_(("in_progress", "cancelling")), free)
-        if expired_only:
-            query = query.where(batches.c.expires_at <= now)
+        if due_only:
+            revoked = exists(select(_key.c.id).select_from(_KEYS).where(
+                _key.c.access_key_id == batches.c.key_id, _REVOKED))
+            query = query.where(or_(batches.c.expires_at <= now, revoked))
         skipped = list(skip)
         if skipped:
             query = query.where(batches.c.id.notin_(skipped))
         query = query.order_by(batches.c.seq).limit(1)
         if self._pg:
-            query = query.with_for_update(skip_locked=True)
+            query = query.with_for_update(skip_locked=True, of=batches)
         async with self._engine.begin() as conn:
             batch_id = (await conn.execute(query)).scalar()
             if batch_id is None:
@@ -159,6 +173,26 @@ class BatchRepository:
         """Extend the lease; returns the batch's status (LeaseLost when it is no longer ours)."""
         async with self._engine.begin() as conn:
             return await self._fence(conn, batch_id, owner, lease_seconds)
+
+    async def key_revoked(self, access_key_id: str) -> bool:
+        """Whether the key (or the key that minted it) is revoked; a key that is gone counts as revoked.
+
+        Read from the table, never a cache: the worker must see a revocation made by any process."""
+        query = select(_REVOKED).select_from(_KEYS).where(_key.c.access_key_id == access_key_id)
+        async with self._engine.connect() as conn:
+            revoked = (await conn.execute(query)).scalar()
+        return revoked is None or bool(revoked)
+
+    async def stop_for_revoked_key(self, batch_id: str, owner: str, lease_seconds: float) -> str:
+        """Move our `in_progress` batch to `cancelling` because its key was revoked (a batch already
+        cancelling keeps its reason); returns the status, or LeaseLost."""
+        async with self._engine.begin() as conn:
+            status = await self._fence(conn, batch_id, owner, lease_seconds)
+            if status != "in_progress":
+                return status
+            await conn.execute(update(batches).where(batches.c.id == batch_id, batches.c.status == "in_progress")
+                               .values(status="cancelling", cancelling_at=utcnow(), cancel_reason=KEY_REVOKED))
+            return "cancelling"
 
     async def release(self, batch_id: str, owner: str) -> None:
         """Give the lease back (a clean stop)."""

@@ -30,6 +30,7 @@ class StoredFile:
 
     id: str
     org_id: int
+    key_id: str | None  # the owning access key id; None: admin keys of the org only (see 0006)
     filename: str
     bytes: int
     purpose: str
@@ -41,7 +42,8 @@ class StoredFile:
 
 def _file(row: object) -> StoredFile:
     m = row._mapping  # type: ignore[attr-defined]
-    return StoredFile(id=m["id"], org_id=m["org_id"], filename=m["filename"], bytes=int(m["bytes"]),
+    return StoredFile(id=m["id"], org_id=m["org_id"], key_id=m["key_id"], filename=m["filename"],
+                      bytes=int(m["bytes"]),
                       purpose=m["purpose"], status=m["status"], path=m["path"], created_at=m["created_at"],
                       expires_at=m["expires_at"])
 
@@ -92,10 +94,10 @@ class FileStore:
                 size += len(line) + 1
         return self.publish(temp, file_id), size
 
-    async def add(self, file_id: str, org_id: int, filename: str, size: int, purpose: str, path: str,
+    async def add(self, file_id: str, org_id: int, key_id: str, filename: str, size: int, purpose: str, path: str,
                   conn: AsyncConnection | None = None, expires_at: datetime | None = None) -> StoredFile:
-        """Insert a file row (its bytes already published)."""
-        values = dict(id=file_id, org_id=org_id, filename=filename, bytes=size, purpose=purpose,
+        """Insert a file row (its bytes already published), owned by the access key `key_id`."""
+        values = dict(id=file_id, org_id=org_id, key_id=key_id, filename=filename, bytes=size, purpose=purpose,
                       status="processed", path=path, created_at=utcnow().replace(microsecond=0),
                       expires_at=expires_at)
         if conn is not None:
@@ -105,11 +107,13 @@ class FileStore:
                 await own.execute(insert(files).values(**values))
         return StoredFile(**values)  # type: ignore[arg-type]
 
-    async def get(self, file_id: str, org_id: int | None = None) -> StoredFile | None:
-        """A file, or None when missing or (with `org_id`) another org's."""
+    async def get(self, file_id: str, org_id: int | None = None, key_id: str | None = None) -> StoredFile | None:
+        """A file, or None when missing, (with `org_id`) another org's or (with `key_id`) another key's."""
         query = select(files).where(files.c.id == file_id)
         if org_id is not None:
             query = query.where(files.c.org_id == org_id)
+        if key_id is not None:
+            query = query.where(files.c.key_id == key_id)
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).first()
         return _file(row) if row else None

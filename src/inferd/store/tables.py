@@ -181,10 +181,14 @@ source_chunks = Table(
 
 # Uploaded batch input files and the output/error files the worker writes; bytes live on disk
 # under the data dir (`path` is relative to it). `expires_at`: when the retention job deletes it.
+# `key_id` (since 0006): the access key id that owns the file (the uploader, or the batch's key for
+# output/error files); only it and the org's admin keys see the file. NULL: a file uploaded before
+# 0006 that no batch names, seen by the org's admin keys only.
 files = Table(
     "files", metadata,
     Column("id", String(64), primary_key=True),
     Column("org_id", Integer, nullable=False),
+    Column("key_id", String(32), nullable=True),
     Column("filename", String(512), nullable=False),
     Column("bytes", BigInteger, nullable=False),
     Column("purpose", String(32), nullable=False),  # batch | batch_output
@@ -220,7 +224,11 @@ batches = Table(
     Column("expires_at", DateTime(), nullable=False),
     Column("cancelling_at", DateTime(), nullable=True),
     Column("finished_at", DateTime(), nullable=True),  # when it reached its terminal status
+    # Why a batch is `cancelling`/`cancelled` (since 0006): NULL for a cancel request, `key_revoked`
+    # when the worker stopped it because its key was revoked; names the unrun lines' error code.
+    Column("cancel_reason", String(32), nullable=True),
     Index("ix_batches_org_seq", "org_id", "seq"),
+    Index("ix_batches_key_seq", "key_id", "seq"),  # since 0006: an application key's own listing
     Index("ix_batches_status", "status"),
 )
 
