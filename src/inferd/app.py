@@ -101,13 +101,13 @@ async def build_services(settings: Settings) -> Services:
     config, registry = load_config(settings)
     db = create_engine(settings.database_url)
     await migrate(db)
-    loader = partial(load_spend, db)
+    hot = HotSqlite(db.url.database) if db.dialect.name == "sqlite" and db.url.database else None
+    loader = partial(load_spend, db, hot=hot)
     if settings.redis_url:
         redis = Redis.from_url(settings.redis_url)
         limits: Limits = RedisLimits(redis, settings.redis_prefix, loader)
     else:
         limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
-    hot = HotSqlite(db.url.database) if db.dialect.name == "sqlite" and db.url.database else None
     writer = UsageWriter(usage_sink(db, hot), limits.spend)
     writer.start()
     keys = KeyRepository(db, hot=hot, pg_cache=True)

@@ -37,7 +37,7 @@ current_month.__doc__ = "The budget period: the UTC calendar month, as YYYY-MM."
 
 
 class RateLimiter(Protocol):
-    """A sliding-window counter of requests per key."""
+    """A sliding-window counter of requests per window id (a key's `rate_window`)."""
 
     async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
         """Count `units` requests; None when admitted, else whole seconds until enough slots free."""
@@ -68,9 +68,10 @@ class Limits:
 
     async def admit(self, key: KeyRecord, metered: bool, units: int = 1) -> None:
         """Raise RateLimited or BudgetExceeded, or return when the call may go on. A call that
-        counts as several requests (an image request's `n`) takes `units` slots of the window."""
+        counts as several requests (an image request's `n`) takes `units` slots of the window
+        (the key's `rate_window`: all user keys of one user from one parent share one)."""
         if key.rpm is not None:
-            retry_after = await self.rate.hit(key.access_key_id, key.rpm, units)
+            retry_after = await self.rate.hit(key.rate_window, key.rpm, units)
             if retry_after is not None:
                 raise RateLimited(retry_after)
         if metered and key.budget_usd is not None:

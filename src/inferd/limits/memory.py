@@ -1,12 +1,21 @@
-"""Limits for one process: a deque of timestamps per key, and a dict of spend."""
+"""Limits without Redis: a deque of timestamps per rate window, and each key's spend re-read
+from the database at most once a second."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
 
 from inferd.limits.base import WINDOW_SECONDS, SpendLoader, current_month
+
+log = logging.getLogger("inferd.limits")
+
+# How old this process's view of a key's spend may grow before the next call re-reads it.
+# Other processes on the same database (a second `inferd serve`, `inferd batch-worker`, uvicorn
+# workers) commit spend this process never hears of; a second bounds how long it stays unseen.
+SPEND_MAX_AGE_SECONDS = 1.0
 
 
 class MemoryRateLimiter:
@@ -37,28 +46,75 @@ class MemoryRateLimiter:
         """Nothing to release."""
 
 
-class MemorySpendCounter:
-    """Spend kept in memory, loaded from the database on the first call of a key in a month."""
+class _Spend:
+    """One key's month as this process sees it."""
 
-    def __init__(self, loader: SpendLoader) -> None:
+    __slots__ = ("usd", "added", "fresh_until")
+
+    def __init__(self) -> None:
+        self.usd = 0.0  # the last read plus what this process committed since
+        self.added = 0.0  # everything this process committed, ever: reads mark it to count what came after
+        self.fresh_until = 0.0  # monotonic deadline of the last read; 0 until a first read succeeds
+
+
+class MemorySpendCounter:
+    """Committed spend per key and month: read from the database (where every process's commits
+    land), plus what this process committed since the read, re-read once the read is older than
+    `max_age` seconds.
+
+    The hot path is a dict lookup and one monotonic-clock comparison; the re-read happens at most
+    once per `max_age` per key (on SQLite a synchronous primary-key read, on PostgreSQL one query),
+    and calls arriving while it runs use the value it replaces. So spend another process committed
+    counts here within `max_age`, and a budget is overshot by at most what all processes admitted
+    in that time on top of the calls in flight.
+    """
+
+    def __init__(self, loader: SpendLoader, max_age: float = SPEND_MAX_AGE_SECONDS) -> None:
         self._load = loader
-        self._spend: dict[tuple[str, str], float] = {}
+        self._max_age = max_age
+        self._spend: dict[tuple[str, str], _Spend] = {}
+        self._month = ""
 
     async def current(self, key: str) -> float:
         """Spend so far this month."""
         slot = (key, current_month())
-        spend = self._spend.get(slot)
-        if spend is None:
-            loaded = await self._load(*slot)
-            # A commit may have landed while loading; keep whichever is larger.
-            spend = self._spend[slot] = max(loaded, self._spend.get(slot, 0.0))
-        return spend
+        entry = self._spend.get(slot)
+        if entry is not None and time.monotonic() < entry.fresh_until:
+            return entry.usd
+        return await self._read(slot, entry)
+
+    async def _read(self, slot: tuple[str, str], entry: _Spend | None) -> float:
+        if entry is None:
+            if slot[1] != self._month:  # a new month: last month's entries are never asked again
+                self._spend = {s: e for s, e in self._spend.items() if s[1] == slot[1]}
+                self._month = slot[1]
+            entry = self._spend[slot] = _Spend()
+        started = time.monotonic()
+        loaded_before = entry.fresh_until > 0.0
+        if loaded_before:
+            # Calls that arrive while this read runs use the value it replaces, not a read each.
+            entry.fresh_until = started + self._max_age
+        mark = entry.added
+        try:
+            committed = await self._load(*slot)
+        except Exception as exc:
+            if not loaded_before:
+                raise  # nothing to answer with
+            log.warning("re-reading the spend of %s failed, keeping the last value read: %s", slot[0], exc)
+            return entry.usd
+        # The read holds every commit before it began; add ours that came after. A commit of ours
+        # that raced the read may count twice, until the next read (never less than committed).
+        entry.usd = committed + (entry.added - mark)
+        entry.fresh_until = max(entry.fresh_until, started + self._max_age)
+        return entry.usd
 
     async def add(self, amounts: dict[tuple[str, str], float]) -> None:
-        """Add committed costs to the keys already loaded (others load fresh when first asked)."""
+        """Add this process's committed costs to the keys it has seen (others are read when first asked)."""
         for slot, cost in amounts.items():
-            if slot in self._spend:
-                self._spend[slot] += cost
+            entry = self._spend.get(slot)
+            if entry is not None:
+                entry.usd += cost
+                entry.added += cost
 
     async def close(self) -> None:
         """Nothing to release."""

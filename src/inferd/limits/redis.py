@@ -127,7 +127,7 @@ class RedisLimits(Limits):
             return
         spend_key = self._spend.key_name(key.charged_key_id, current_month()) if budgeted else ""
         wait_us, spend = await self._admit(
-            keys=[self._rate_prefix + key.access_key_id, spend_key],
+            keys=[self._rate_prefix + key.rate_window, spend_key],
             args=[self._window_us, key.rpm or 0, os.urandom(8).hex(), units])
         if int(wait_us) >= 0:
             raise RateLimited(max(1, -(-int(wait_us) // 1_000_000)))

@@ -34,6 +34,9 @@ class KeyRecord:
     charged_key_id: str  # the key whose budget pays (the parent for user keys)
     budget_usd: float | None
     rpm: int | None
+    # The requests-per-minute window this key counts against: its own for a long-lived key; for a
+    # user key, one per (parent key, user), so minting more keys never multiplies a user's rate.
+    rate_window: str
 
 
 _LOOKUP = """
@@ -63,6 +66,7 @@ def _record(row: tuple[Any, ...]) -> KeyRecord:
         charged_key_id=parent_access if has_parent else access_key_id,
         budget_usd=parent_budget if has_parent else budget,
         rpm=parent_rpm if has_parent else rpm,
+        rate_window=f"{parent_access}/user/{user_id}" if has_parent else access_key_id,
     )
 
 
