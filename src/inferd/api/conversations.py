@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from inferd.api.deps import metered_user_key, services, user_key
 from inferd.errors import InvalidRequest
-from inferd.protocol.conversations import (AddParticipant, ConversationDetailEnvelope, ConversationList,
+from inferd.protocol.conversations import (MAX_BIG_ID, MAX_ID, AddParticipant, ConversationDetailEnvelope, ConversationList,
                                            CreateConversation, CreateMessage, DeleteConversations, DeleteResult,
                                            UpdateConversation)
 from inferd.services.conversations import parse_path_id
@@ -37,7 +37,7 @@ def _project_filter(raw: str | None) -> int | None | str:
         return "any"
     if raw == "none":
         return None
-    if raw.isdigit() and 0 < int(raw) < 2**31:
+    if raw.isdigit() and 0 < int(raw) <= MAX_ID:
         return int(raw)
     raise InvalidRequest("project_id: a project id, or 'none' for conversations without a project",
                          param="project_id")
@@ -66,20 +66,23 @@ async def delete_conversations(request: Request, body: DeleteConversations,
                                key: KeyRecord = Depends(user_key)) -> Response:
     """Partial delete: what the caller may delete goes, the rest is reported as skipped."""
     ids: list[int] = []
+    beyond: list[int] = []  # larger than any conversation id: nothing to delete
     for raw in body.conversation_ids:
         if isinstance(raw, str) and not (raw.isdigit() and len(raw) <= 18):
             raise InvalidRequest("conversation_ids: integers or strings of digits", param="conversation_ids")
         if int(raw) < 1:
             raise InvalidRequest("conversation_ids: ids are positive", param="conversation_ids")
-        ids.append(int(raw))
+        (ids if int(raw) <= MAX_ID else beyond).append(int(raw))
     deleted, skipped = await services(request).conversations.delete(key, ids)
+    skipped = [*skipped, *beyond]
     return _json({"success": True, "message": f"Deleted {len(deleted)} conversation(s)",
                   "total": {"deleted_ids": deleted, "skipped_ids": skipped}})
 
 
 @router.get("/v1/conversations/{conversation_id}", response_model=ConversationDetailEnvelope)
 async def get_conversation(request: Request, conversation_id: str,
-                           before_id: int | None = Query(None, ge=1), from_id: int | None = Query(None, ge=0),
+                           before_id: int | None = Query(None, ge=1, le=MAX_BIG_ID),
+                           from_id: int | None = Query(None, ge=0, le=MAX_BIG_ID),
                            limit: int = Query(20, ge=1, le=500), key: KeyRecord = Depends(user_key)) -> Response:
     """One page of the visible thread of the active branch, with participants and sources."""
     detail = await services(request).conversations.detail(key, parse_path_id(conversation_id), before_id,
@@ -134,8 +137,8 @@ async def _generate_body(request: Request) -> dict[str, Any]:
             value = int(value)
         if value is None and name == "conversation_id":
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidRequest(f"{name}: an integer >= 1 is required", param=name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_BIG_ID:
+            raise InvalidRequest(f"{name}: an integer from 1 to {MAX_BIG_ID} is required", param=name)
         parsed[name] = value
     return parsed
 

@@ -14,6 +14,7 @@ from inferd.errors import InvalidRequest, NotFound, PermissionDenied
 from inferd.services.conversations import parse_path_id
 from inferd.store import sources as store
 from inferd.store.keys import KeyRecord
+from inferd.protocol.conversations import MAX_ID
 
 router = APIRouter(tags=["sources"])
 
@@ -29,7 +30,7 @@ def path_integer(raw: str) -> int | None:
     """An id path parameter: 400 unless 1-64 letters, digits, `-`, `_`; None when it is no positive integer."""
     if not _PATH_ID.match(raw):
         raise InvalidRequest("id: must be 1 to 64 letters, digits, '-' or '_'", param="id")
-    return int(raw) if raw.isdigit() and len(raw) <= 18 and int(raw) > 0 else None
+    return int(raw) if raw.isdigit() and 0 < int(raw) <= MAX_ID else None
 
 
 @router.get("/v1/conversations/{id}/sources")

@@ -13,6 +13,7 @@ from inferd.errors import InvalidRequest, PermissionDenied
 from inferd.services.ingest.extract import EXTENSIONS
 from inferd.services.ingest.service import vectorize
 from inferd.store.keys import KeyRecord
+from inferd.protocol.conversations import MAX_ID
 
 router = APIRouter(tags=["sources"])
 
@@ -26,7 +27,8 @@ def vectorize_target(raw: str) -> int:
     if not _PATH_ID.match(raw) or not _INTEGER.match(raw):
         raise InvalidRequest("id: must be an integer conversation id (0 or negative creates a conversation)",
                              param="id")
-    return int(raw)
+    # An id no conversation can have is a non-existent one: the server creates a conversation.
+    return int(raw) if int(raw) <= MAX_ID else 0
 
 
 @router.post("/v1/conversations/{id}/files/vectorize", status_code=201, openapi_extra={"requestBody": {

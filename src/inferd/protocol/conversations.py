@@ -6,6 +6,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
+# The largest values the id columns hold (store/tables.py): conversations, sources and projects
+# are 32-bit integers on PostgreSQL, messages 64-bit. A larger id names nothing; sent on to the
+# database it would be an error there, not a miss.
+MAX_ID = 2**31 - 1
+MAX_BIG_ID = 2**63 - 1
+
 
 class CreateConversation(BaseModel):
     """POST /v1/conversations (extension route, CONTRACT.md 4)."""
@@ -13,8 +19,8 @@ class CreateConversation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     title: str | None = Field(None, max_length=512)
-    project_id: StrictInt | None = Field(None, ge=1)
-    cloud_agent_task_id: StrictInt | None = Field(None, ge=1)
+    project_id: StrictInt | None = Field(None, ge=1, le=MAX_ID)
+    cloud_agent_task_id: StrictInt | None = Field(None, ge=1, le=MAX_ID)
 
 
 class CreateMessage(BaseModel):
@@ -23,7 +29,7 @@ class CreateMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     message: str = Field(min_length=1, max_length=1_000_000)
-    parent_message_id: StrictInt | None = Field(None, ge=1)
+    parent_message_id: StrictInt | None = Field(None, ge=1, le=MAX_BIG_ID)
     attachments: list[Any] | None = None
     metadata: dict[str, Any] | None = None
 
@@ -44,7 +50,7 @@ class UpdateConversation(BaseModel):
 
     title: str | None = Field(None, max_length=512)
     archived: StrictBool | None = None
-    project_id: StrictInt | None = Field(None, ge=1)
+    project_id: StrictInt | None = Field(None, ge=1, le=MAX_ID)
 
 
 class DeleteConversations(BaseModel):

@@ -13,13 +13,13 @@ from typing import Any, Protocol, Sequence
 import orjson
 
 from inferd.errors import InvalidRequest, NotFound, PermissionDenied
+from inferd.protocol.conversations import MAX_ID
 from inferd.store.conversations import Access, ConversationRepository, MissingParent, NewMessage
 from inferd.store.db import iso, utcnow
 from inferd.store.keys import KeyRecord
 from inferd.store.users import UserRepository
 
 _PATH_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_MAX_ID = 2**63 - 1
 PARTICIPANT_ROLES = ("admin", "member")
 
 
@@ -38,7 +38,7 @@ def parse_path_id(raw: str) -> int:
     conversation can have (not a number) is simply not found."""
     if not _PATH_ID.fullmatch(raw):
         raise InvalidRequest("Conversation id must be 1 to 64 letters, digits, '-' or '_'", code="invalid_id")
-    if not raw.isdigit() or int(raw) > _MAX_ID or int(raw) == 0:
+    if not raw.isdigit() or int(raw) > MAX_ID or int(raw) == 0:
         raise NotFound("Conversation not found", code="conversation_not_found")
     return int(raw)
 
