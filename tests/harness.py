@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -321,6 +322,19 @@ class Server:
                              ).mappings().one())
 
         return dict(_run(self._with_db(work)))
+
+
+
+@contextmanager
+def serving(folder: Path, backend: Backend, upstream: Upstream, template: str, **start: Any) -> Iterator[Server]:
+    """`inferd serve` on the catalogue `template` (as `write_config` fills it in), with `folder` as its
+    data dir, stopped on exit; `start` goes to `Server.start`."""
+    config = write_config(folder / "inferd.toml", template, upstream)
+    server = Server.start(folder, backend, config, **start)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def auth(full_key: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.harness import Backend, Server, Upstream, auth, write_config
+from tests.harness import Backend, Server, Upstream, auth, serving
 
 ALIAS_TOML = """
 [[models]]
@@ -28,13 +28,8 @@ aliases = ["embed"]
 @pytest.fixture(scope="module")
 def alias_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """The built-in embedder kept beside a configured embedder that takes its default alias `embed`."""
-    folder = tmp_path_factory.mktemp("aliases")
-    config = write_config(folder / "inferd.toml", ALIAS_TOML, upstream)
-    srv = Server.start(folder, backend, config)
-    try:
+    with serving(tmp_path_factory.mktemp("aliases"), backend, upstream, ALIAS_TOML) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def embeddings_requests(upstream: Upstream) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.harness import Backend, Server, Upstream, auth, write_config
+from tests.harness import Backend, Server, Upstream, auth, serving
 
 MIB = 1024 * 1024
 GRACE_S = 1.5
@@ -39,12 +39,8 @@ upstream_model = "mock"
 @pytest.fixture(scope="module")
 def limits_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """A server whose body grace period is short, so a trickling body is cut off quickly."""
-    config = write_config(tmp_path_factory.mktemp("limits") / "inferd.toml", _CONFIG, upstream)
-    srv = Server.start(tmp_path_factory.mktemp("limits-data"), backend, config)
-    try:
+    with serving(tmp_path_factory.mktemp("limits"), backend, upstream, _CONFIG) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @dataclass

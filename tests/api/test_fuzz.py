@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from tests.conftest import MODELS_TOML
-from tests.harness import Backend, Server, Upstream, write_config
+from tests.harness import Backend, Server, Upstream, serving
 
 EXAMPLES_PER_MODE = 15
 SKIPPED_PATHS = ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
@@ -46,12 +46,8 @@ def _envelope_problem(path: str, status: int, body: bytes, content_type: str) ->
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """The test catalogue with an identity provider, so the exchange route is fuzzed too (not a 503)."""
     toml = f'[idp]\nissuer = "https://idp.fuzz"\naudience = "inferd"\nhs256_secret = "{"s" * 64}"\n' + MODELS_TOML
-    config = write_config(tmp_path_factory.mktemp("fuzz") / "inferd.toml", toml, upstream)
-    srv = Server.start(tmp_path_factory.mktemp("fuzz-data"), backend, config)
-    try:
+    with serving(tmp_path_factory.mktemp("fuzz"), backend, upstream, toml) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

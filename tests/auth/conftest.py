@@ -10,7 +10,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.harness import Backend, Server, Upstream, write_config
+from tests.harness import Backend, Server, Upstream, serving, write_config
 
 ISSUER = "https://idp.test"
 AUDIENCE = "inferd"
@@ -28,12 +28,8 @@ upstream_model = "mock"
 def idp_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """A server verifying HS256 idp tokens."""
     toml = f'[idp]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\nhs256_secret = "{HS256_SECRET}"\n' + _MODEL
-    config = write_config(tmp_path_factory.mktemp("idp-hs") / "inferd.toml", toml, upstream)
-    srv = Server.start(tmp_path_factory.mktemp("idp-hs-data"), backend, config)
-    try:
+    with serving(tmp_path_factory.mktemp("idp-hs"), backend, upstream, toml) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 class JwksKeys:

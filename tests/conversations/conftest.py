@@ -12,7 +12,7 @@ import pytest
 
 from inferd.store.conversations import ConversationRepository, NewMessage
 from inferd.store.db import create_engine
-from tests.harness import Backend, Server, Upstream, auth, write_config
+from tests.harness import Backend, Server, Upstream, auth, serving
 
 
 @dataclass
@@ -176,9 +176,5 @@ upstream_model = "mock"
 @pytest.fixture(scope="session")
 def gen_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """A server whose `[conversations]` table embeds with the fake upstream and allows two tool steps."""
-    config = write_config(tmp_path_factory.mktemp("generate") / "inferd.toml", GENERATE_TOML, upstream)
-    srv = Server.start(tmp_path_factory.mktemp("generate-data"), backend, config)
-    try:
+    with serving(tmp_path_factory.mktemp("generate"), backend, upstream, GENERATE_TOML) as srv:
         yield srv
-    finally:
-        srv.stop()

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
 import jwt
 import pytest
 
-from tests.harness import Backend, Server, Upstream, auth, write_config
+from tests.harness import Backend, Server, Upstream, auth, serving
 
 ISSUER = "https://idp.window.test"
 AUDIENCE = "inferd"
@@ -30,12 +29,8 @@ upstream_model = "mock"
 @pytest.fixture(scope="module")
 def idp_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """A server that verifies HS256 identity tokens, so one application key can mint keys for several users."""
-    config = write_config(tmp_path_factory.mktemp("window-idp") / "inferd.toml", _CONFIG, upstream)
-    srv = Server.start(tmp_path_factory.mktemp("window-idp-data"), backend, config)
-    try:
+    with serving(tmp_path_factory.mktemp("window-idp"), backend, upstream, _CONFIG) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def idp_token(subject: str) -> str:
