@@ -4,6 +4,7 @@ and every error must leave in the contract's envelope (CONTRACT.md decisions 8 a
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator
 
 import hypothesis
@@ -17,7 +18,8 @@ from schemathesis import GenerationMode
 from tests.conftest import MODELS_TOML
 from tests.harness import Backend, Server, Upstream, serving
 
-EXAMPLES_PER_MODE = 15
+# Examples per operation and mode; INFERD_FUZZ_EXAMPLES raises it for a longer run by hand.
+EXAMPLES_PER_MODE = int(os.environ.get("INFERD_FUZZ_EXAMPLES", "15"))
 SKIPPED_PATHS = ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
 USER_SCOPED = ("/v1/conversations", "/v1/sources")
 
@@ -44,8 +46,10 @@ def _envelope_problem(path: str, status: int, body: bytes, content_type: str) ->
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
-    """The test catalogue with an identity provider, so the exchange route is fuzzed too (not a 503)."""
-    toml = f'[idp]\nissuer = "https://idp.fuzz"\naudience = "inferd"\nhs256_secret = "{"s" * 64}"\n' + MODELS_TOML
+    """The test catalogue with an identity provider and an embedder, so the exchange and vectorize
+    routes are fuzzed too (not answered 503 for want of either)."""
+    toml = (f'[idp]\nissuer = "https://idp.fuzz"\naudience = "inferd"\nhs256_secret = "{"s" * 64}"\n'
+            '[conversations]\nembedding_model = "mock-embed"\n' + MODELS_TOML)
     with serving(tmp_path_factory.mktemp("fuzz"), backend, upstream, toml) as srv:
         yield srv
 
