@@ -37,6 +37,10 @@ CASES = [
     (GOOD + '[[models]]\nid = "m"\nbase_url = "http://x/v1"\n', ["(id 'm'), key 'id'", "'m'"]),
     ('[[models]]\nid = "qwen2.5-coder-0.5b-instruct"\nbuiltin = true\naliases = ["fast"]\n' + GOOD
      + 'aliases = ["fast"]\n', ["(id 'm'), key 'aliases'", "'fast' already names model"]),
+    ('[limits]\nbody_timeout = 5\n', ["[limits], key 'body_timeout'", "unknown key (known: body_timeout_s)"]),
+    ('[limits]\nbody_timeout_s = 0\n', ["[limits], key 'body_timeout_s'", "must be positive"]),
+    ('[limits]\nbody_timeout_s = "30"\n', ["[limits], key 'body_timeout_s'", "expected int or float"]),
+    ('limits = 30\n', ["[limits]", "expected a table"]),
     ('[unknown]\nx = 1\n', ["[unknown]", "unknown table"]),
     ('[[models]\nid = ', ["not valid TOML"]),
 ]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from inferd.builtin import builtin_tables, default_aliases, settle_names
 from inferd.errors import ConfigError
@@ -319,24 +319,19 @@ def _parse_batches(where: _Where, raw: dict[str, Any]) -> BatchConfig:
     return BatchConfig(**values)
 
 
-def _parse_limits(where: _Where, raw: dict[str, Any]) -> RequestLimits:
-    for key, value in raw.items():
-        if key != "body_timeout_s":
-            raise where.fail("[limits]", key, "unknown key (known: body_timeout_s)")
-        _typecheck(where, "[limits]", key, value, (int, float))
-        if value <= 0:
-            raise where.fail("[limits]", key, "must be positive")
-    return RequestLimits(body_timeout_s=float(raw.get("body_timeout_s", RequestLimits.body_timeout_s)))
+_Numbers = TypeVar("_Numbers", "RequestLimits", "AudioConfig")
 
 
-def _parse_audio(where: _Where, raw: dict[str, Any]) -> AudioConfig:
+def _positive_numbers(where: _Where, table: str, raw: dict[str, Any], kind: type[_Numbers]) -> _Numbers:
+    """A table of positive numbers whose keys are the fields of `kind` (`[limits]`, `[audio]`)."""
+    known = [f.name for f in fields(kind)]
     for key, value in raw.items():
-        if key != "max_duration_s":
-            raise where.fail("[audio]", key, "unknown key (known: max_duration_s)")
-        _typecheck(where, "[audio]", key, value, (int, float))
+        if key not in known:
+            raise where.fail(table, key, f"unknown key (known: {', '.join(known)})")
+        _typecheck(where, table, key, value, (int, float))
         if value <= 0:
-            raise where.fail("[audio]", key, "must be positive")
-    return AudioConfig(max_duration_s=float(raw.get("max_duration_s", AudioConfig.max_duration_s)))
+            raise where.fail(table, key, "must be positive")
+    return kind(**{key: float(value) for key, value in raw.items()})
 
 
 # `[conversations]` keys and their types (CONTRACT.md); readers use `.get(key, default)`.
@@ -387,7 +382,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         idp=_parse_idp(where, raw["idp"]) if "idp" in raw else None,
         conversations=_parse_conversations(where, raw.get("conversations", {})),
         batches=_parse_batches(where, raw.get("batches", {})),
-        limits=_parse_limits(where, raw.get("limits", {})),
-        audio=_parse_audio(where, raw.get("audio", {})),
+        limits=_positive_numbers(where, "[limits]", raw.get("limits", {}), RequestLimits),
+        audio=_positive_numbers(where, "[audio]", raw.get("audio", {}), AudioConfig),
         source=str(path),
     )

@@ -50,6 +50,15 @@ class InvalidRequest(InferdError):
     status, type, code = 400, "invalid_request_error", "invalid_request"
 
 
+class UnreadableFile(InvalidRequest):
+    """An uploaded file whose text cannot be extracted (damaged, encrypted, of another type)."""
+
+    code = "unreadable_file"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"The file could not be read: {why}", param="file")
+
+
 class AuthenticationFailed(InferdError):
     status, type, code = 401, "authentication_error", "invalid_api_key"
 

@@ -213,7 +213,7 @@ def test_unreachable_embedding_engine_is_503(dead_embedder_server: Server) -> No
     assert [(r["status_code"], r["model"], r["prompt_tokens"]) for r in rows] == [(503, "dead-embed", 0)]
 
 
-def test_uploads_over_50_mib_are_413_while_streaming(sources_server: Server, alice: User) -> None:
+def test_uploads_over_50_mb_are_413_while_streaming(sources_server: Server, alice: User) -> None:
     host, port = sources_server.base_url.split("//")[1].split(":")
     head = (f"POST /v1/conversations/0/files/vectorize HTTP/1.1\r\nHost: {host}\r\n"
             f"Authorization: Bearer {alice.key}\r\nContent-Type: multipart/form-data; boundary=XyZ\r\n"
@@ -226,7 +226,7 @@ def test_uploads_over_50_mib_are_413_while_streaming(sources_server: Server, ali
         conn.sendall(head + b"%x\r\n" % len(part) + part + b"\r\n")
         started = time.monotonic()
         try:
-            while sent < 80 * 1024 * 1024:  # past 50 MiB, unless the server stops us first
+            while sent < 80 * 1024 * 1024:  # past 50 MB, unless the server stops us first
                 conn.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
                 sent += len(chunk)
         except (BrokenPipeError, ConnectionResetError):

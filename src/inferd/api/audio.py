@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from inferd.api.checks import MAX_MODEL_LENGTH, check_model
 from inferd.api.deps import metered_key, services
+from inferd.api.body_limits import TRANSCRIPTION_UPLOAD_BYTES
 from inferd.api.uploads import read_upload
 from inferd.engines.audio_codec import FORMATS, audio_seconds
 from inferd.engines.transcripts import PLAIN_FORMATS, render
@@ -80,7 +81,6 @@ async def voices(request: Request, model: str = Query("tts", max_length=MAX_MODE
     return Response(orjson.dumps(listed), media_type="application/json")
 
 
-MAX_AUDIO_BYTES = 75 * 1024 * 1024
 TRANSCRIPT_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 
 
@@ -121,7 +121,7 @@ async def transcriptions(request: Request, model: str = Query("stt", max_length=
     svc = services(request)
     deployment = svc.catalogue.resolve(model, key)
     deployment.require_type(("asr",), "transcriptions")
-    upload = await read_upload(request, "file", MAX_AUDIO_BYTES, "Audio upload")
+    upload = await read_upload(request, "file", TRANSCRIPTION_UPLOAD_BYTES, "Audio upload")
     try:
         response_format = upload.fields.get("response_format") or "json"
         if response_format not in TRANSCRIPT_FORMATS:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 
 from inferd.api.deps import long_lived_key, services
+from inferd.api.body_limits import FILE_UPLOAD_BYTES
 from inferd.api.uploads import read_upload
 from inferd.errors import InvalidRequest, NotFound
 from inferd.protocol.files import FileDeleted, FileObject
@@ -17,7 +18,6 @@ from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["files"])
 
-MAX_FILE_BYTES = 64 * 1024 * 1024
 PURPOSES = ("batch",)
 
 
@@ -35,7 +35,7 @@ async def _own_file(request: Request, file_id: str, key: KeyRecord) -> StoredFil
 async def upload_file(request: Request, key: KeyRecord = Depends(long_lived_key)) -> dict[str, object]:
     """Store a JSONL batch input file; refused with 413 at the byte that passes 64 MiB."""
     store = services(request).batches.files
-    upload = await read_upload(request, "file", MAX_FILE_BYTES, "Batch input file", directory=store.folder)
+    upload = await read_upload(request, "file", FILE_UPLOAD_BYTES, "Batch input file", directory=store.folder)
     try:
         purpose = upload.fields.get("purpose")
         if purpose is None:

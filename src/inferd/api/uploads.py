@@ -12,7 +12,8 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from inferd.errors import InvalidRequest, PayloadTooLarge
+from inferd.api.body_limits import too_large
+from inferd.errors import InvalidRequest
 
 MAX_FIELD_BYTES = 64 * 1024
 
@@ -41,15 +42,12 @@ async def read_upload(request: Request, file_field: str, max_bytes: int, label: 
     boundary = params.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
         raise InvalidRequest("The body must be multipart/form-data", param=file_field)
-    length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > max_bytes + MAX_FIELD_BYTES:
-        raise PayloadTooLarge(f"{label} over {max_bytes // (1024 * 1024)} MiB")
     upload = Upload()
     handle, name = tempfile.mkstemp(prefix="inferd-upload-", dir=directory)
     upload.path = Path(name)
     out = os.fdopen(handle, "wb")
     state: dict[str, object] = {"headers": {}, "field": b"", "name": None, "value": bytearray()}
-    too_large: list[bool] = []
+    over_limit: list[bool] = []
 
     def on_header_field(data: bytes, start: int, end: int) -> None:
         state["field"] = bytes(state["field"]) + data[start:end]  # type: ignore[arg-type]
@@ -73,7 +71,7 @@ async def read_upload(request: Request, file_field: str, max_bytes: int, label: 
         if state["name"] == file_field and upload.filename is not None:
             upload.size += end - start
             if upload.size > max_bytes:
-                too_large.append(True)
+                over_limit.append(True)
                 return
             out.write(data[start:end])
         else:
@@ -94,8 +92,8 @@ async def read_upload(request: Request, file_field: str, max_bytes: int, label: 
     try:
         async for chunk in request.stream():
             parser.write(chunk)
-            if too_large:
-                raise PayloadTooLarge(f"{label} over {max_bytes // (1024 * 1024)} MiB")
+            if over_limit:
+                raise too_large(max_bytes, label)
         parser.finalize()
         out.close()
     except MultipartParseError as exc:

@@ -8,6 +8,7 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from inferd.api.deps import metered_user_key, services
+from inferd.api.body_limits import VECTORIZE_UPLOAD_BYTES
 from inferd.api.uploads import read_upload
 from inferd.errors import InvalidRequest, PermissionDenied
 from inferd.services.ingest.extract import EXTENSIONS
@@ -17,7 +18,6 @@ from inferd.protocol.conversations import MAX_ID
 
 router = APIRouter(tags=["sources"])
 
-MAX_FILE_BYTES = 50 * 1024 * 1024
 _PATH_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _INTEGER = re.compile(r"^-?[0-9]{1,18}$")
 
@@ -44,7 +44,7 @@ async def vectorize_file(request: Request, id: str, ephemeral: bool = Query(Fals
     if org is None or not org.file_attachments:
         raise PermissionDenied("File attachments are disabled for this organisation", code="FEATURE_DISABLED")
     requested = vectorize_target(id)
-    upload = await read_upload(request, "file", MAX_FILE_BYTES, "File upload")
+    upload = await read_upload(request, "file", VECTORIZE_UPLOAD_BYTES, "File upload")
     try:
         assert upload.path is not None
         result = await vectorize(svc, key, requested, upload.path, upload.filename or "", upload.size, ephemeral)

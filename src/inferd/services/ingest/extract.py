@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 from xml.etree import ElementTree
 
-from inferd.errors import InvalidRequest
+from inferd.errors import InvalidRequest, UnreadableFile
 from inferd.services.ingest.pdf import PDF_TIMEOUT_S, pdf_text
 
 MAX_CHARS = 1_000_000
@@ -63,10 +63,6 @@ def check_extension(filename: str) -> str:
         raise InvalidRequest(f"Files {shown} cannot be vectorized (accepted: {', '.join(sorted(EXTENSIONS))})",
                              code="unsupported_file_type", param="file")
     return extension
-
-
-def _unreadable(why: str) -> InvalidRequest:
-    return InvalidRequest(f"The file could not be read: {why}", code="unreadable_file", param="file")
 
 
 # --- plain text and HTML -------------------------------------------------------------------
@@ -153,7 +149,7 @@ def _rtf_text(path: Path) -> str:
     data, _ = _read_prefix(path, 8 * _MAX_TEXT_BYTES)
     raw = data.decode("latin-1")
     if not raw.lstrip().startswith("{\\rtf"):
-        raise _unreadable("not an RTF document")
+        raise UnreadableFile("not an RTF document")
     return str(rtf_to_text(raw, errors="replace"))
 
 
@@ -162,11 +158,11 @@ def _rtf_text(path: Path) -> str:
 def open_archive(path: Path) -> zipfile.ZipFile:
     """A zip archive whose directory is within the limits; 400 for anything else (a bomb included)."""
     if not zipfile.is_zipfile(path):
-        raise _unreadable("not a valid document archive")
+        raise UnreadableFile("not a valid document archive")
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise _unreadable(f"broken archive ({exc})") from None
+        raise UnreadableFile(f"broken archive ({exc})") from None
     members = archive.infolist()
     refused = None
     if len(members) > MAX_ZIP_MEMBERS:
@@ -196,10 +192,10 @@ def _member_xml(archive: zipfile.ZipFile, name: str) -> ElementTree.Element | No
         with archive.open(info) as member:
             data = member.read(MAX_ZIP_MEMBER_BYTES + 1)  # zipfile stops at the declared size
         if b"<!ENTITY" in data:  # office XML never declares entities; refuse expansion tricks outright
-            raise _unreadable(f"member {name!r} declares XML entities")
+            raise UnreadableFile(f"member {name!r} declares XML entities")
         return ElementTree.fromstring(data)
     except (zipfile.BadZipFile, ElementTree.ParseError, OSError, EOFError, RuntimeError) as exc:
-        raise _unreadable(f"member {name!r}: {exc}") from None
+        raise UnreadableFile(f"member {name!r}: {exc}") from None
 
 
 def _local(tag: str) -> str:
@@ -229,7 +225,7 @@ def _docx_text(path: Path) -> str:
     with open_archive(path) as archive:
         root = _member_xml(archive, "word/document.xml")
         if root is None:
-            raise _unreadable("no word/document.xml in the archive")
+            raise UnreadableFile("no word/document.xml in the archive")
         return "\n".join(_ooxml_paragraphs(root, "t"))
 
 
@@ -238,7 +234,7 @@ def _pptx_text(path: Path) -> str:
         slides = sorted((int(m.group(1)), name) for name in archive.namelist()
                         if (m := re.fullmatch(r"ppt/slides/slide(\d+)\.xml", name)))
         if not slides and "ppt/presentation.xml" not in archive.namelist():
-            raise _unreadable("not a PowerPoint presentation")
+            raise UnreadableFile("not a PowerPoint presentation")
         texts, size = [], 0
         for _, name in slides:
             root = _member_xml(archive, name)
@@ -278,7 +274,7 @@ def _odf_text(path: Path) -> str:
     with open_archive(path) as archive:
         root = _member_xml(archive, "content.xml")
         if root is None:
-            raise _unreadable("no content.xml in the archive")
+            raise UnreadableFile("no content.xml in the archive")
         paragraphs: list[str] = []
         _odf_paragraphs(root, paragraphs)
         return "\n".join(paragraphs)

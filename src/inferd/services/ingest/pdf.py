@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from inferd.errors import InvalidRequest
+from inferd.errors import InvalidRequest, UnreadableFile
 
 PDF_TIMEOUT_S = 60.0  # per document; `[conversations] extract_timeout_s` overrides
 PDF_MEMORY_BYTES = 2 * 1024 * 1024 * 1024  # the child's address space
@@ -24,10 +24,6 @@ _UNREADABLE, _ENCRYPTED = 3, 4
 # What pypdf raises on damaged files besides its own PyPdfError (it parses untrusted structure).
 _READ_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError,
                 NotImplementedError, AssertionError, ZeroDivisionError, MemoryError)
-
-
-def _unreadable(why: str) -> InvalidRequest:
-    return InvalidRequest(f"The file could not be read: {why}", code="unreadable_file", param="file")
 
 
 def pdf_text(path: Path, max_chars: int, timeout_s: float = PDF_TIMEOUT_S) -> str:
@@ -43,12 +39,12 @@ def pdf_text(path: Path, max_chars: int, timeout_s: float = PDF_TIMEOUT_S) -> st
     if child.returncode == 0:
         return child.stdout.decode("utf-8")
     if child.returncode == _ENCRYPTED:
-        raise _unreadable("the PDF is encrypted")
+        raise UnreadableFile("the PDF is encrypted")
     if child.returncode == _UNREADABLE:
         reason = child.stdout.decode("utf-8", "replace").strip() or "damaged"
-        raise _unreadable(f"not a readable PDF ({reason})")
+        raise UnreadableFile(f"not a readable PDF ({reason})")
     # Killed, or out of memory before it could say so.
-    raise _unreadable("not a readable PDF (reading it took more memory than allowed)")
+    raise UnreadableFile("not a readable PDF (reading it took more memory than allowed)")
 
 
 def _read(path: str, max_chars: int) -> tuple[int, str]:
