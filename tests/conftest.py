@@ -15,7 +15,8 @@ from typing import Iterator
 import openai
 import pytest
 
-from tests.harness import Backend, Server, Upstream, pg_create_database, pg_drop_database, write_config
+from tests.harness import (IDP_TABLE, Backend, Server, Upstream, pg_create_database, pg_drop_database, serving,
+                           write_config)
 
 MODELS_TOML = """
 [[models]]
@@ -245,6 +246,21 @@ def sdk(server: Server, app_key: str) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=server.v1, api_key=app_key, max_retries=0, timeout=30) as client:
         yield client
 
+
+
+MOCK_CHAT_TOML = """
+[[models]]
+id = "mock-chat"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+"""
+
+
+@pytest.fixture(scope="session")
+def idp_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
+    """A server verifying HS256 idp tokens (harness.IDP_TABLE; `harness.idp_token` signs them)."""
+    with serving(tmp_path_factory.mktemp("idp-hs"), backend, upstream, IDP_TABLE + MOCK_CHAT_TOML) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

@@ -15,11 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import select
+from sqlalchemy.engine import Connection
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.cli.keys import create_key
@@ -85,6 +88,50 @@ class Backend:
         if self.redis_url:
             values["INFERD_REDIS_URL"] = self.redis_url
         return values
+
+
+# The identity provider of the test servers that take idp tokens (tests/conftest.py `idp_server`).
+IDP_ISSUER = "https://idp.test"
+IDP_AUDIENCE = "inferd"
+IDP_HS256_SECRET = "test-hs256-secret-" + "0123456789abcdef" * 4  # 64+ bytes, long enough for HS512 too
+IDP_TABLE = f'[idp]\nissuer = "{IDP_ISSUER}"\naudience = "{IDP_AUDIENCE}"\nhs256_secret = "{IDP_HS256_SECRET}"\n'
+
+
+def idp_token(subject: str, **claims: Any) -> str:
+    """An HS256 identity token for `subject` that IDP_TABLE verifies; `claims` add or override."""
+    import jwt
+
+    now = int(time.time())
+    payload = {"iss": IDP_ISSUER, "aud": IDP_AUDIENCE, "sub": subject, "iat": now, "exp": now + 600, **claims}
+    return jwt.encode(payload, IDP_HS256_SECRET, algorithm="HS256")
+
+
+@contextmanager
+def scratch_database(backend: Backend, folder: Path) -> Iterator[str]:
+    """The URL of an empty database of the run's kind (a new PostgreSQL database, dropped on exit,
+    or a SQLite file in `folder`), for tests that build the schema themselves."""
+    if not backend.database_url.startswith("postgresql"):
+        yield f"sqlite:///{folder / 'scratch.db'}"
+        return
+    name = f"inferd_scratch_{uuid.uuid4().hex[:8]}"
+    url = pg_create_database(backend.database_url, name)
+    try:
+        yield url
+    finally:
+        pg_drop_database(backend.database_url, name)
+
+
+def upgrade_to(revision: str) -> Callable[[Connection], None]:
+    """Run alembic up to `revision` on a connection (for `AsyncConnection.run_sync`): tests of a
+    migration fill the tables as they were before it, then migrate the rest of the way."""
+
+    def run(connection: Connection) -> None:
+        config = Config()
+        config.set_main_option("script_location", "inferd.store:migrations")
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+    return run
 
 
 def clean_env(extra: dict[str, str]) -> dict[str, str]:

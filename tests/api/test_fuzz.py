@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from tests.conftest import MODELS_TOML
-from tests.harness import Backend, Server, Upstream, serving
+from tests.harness import IDP_TABLE, Backend, Server, Upstream, serving
 
 # Examples per operation and mode; INFERD_FUZZ_EXAMPLES raises it for a longer run by hand.
 EXAMPLES_PER_MODE = int(os.environ.get("INFERD_FUZZ_EXAMPLES", "15"))
@@ -48,8 +48,7 @@ def _envelope_problem(path: str, status: int, body: bytes, content_type: str) ->
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """The test catalogue with an identity provider and an embedder, so the exchange and vectorize
     routes are fuzzed too (not answered 503 for want of either)."""
-    toml = (f'[idp]\nissuer = "https://idp.fuzz"\naudience = "inferd"\nhs256_secret = "{"s" * 64}"\n'
-            '[conversations]\nembedding_model = "mock-embed"\n' + MODELS_TOML)
+    toml = IDP_TABLE + '[conversations]\nembedding_model = "mock-embed"\n' + MODELS_TOML
     with serving(tmp_path_factory.mktemp("fuzz"), backend, upstream, toml) as srv:
         yield srv
 

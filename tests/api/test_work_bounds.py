@@ -18,7 +18,7 @@ from inferd.config import load_catalogue
 from inferd.engines.registry import default_registry
 from inferd.errors import ConfigError
 from tests.fakes.upstream import EDGE_TRANSCRIPTS
-from tests.harness import INFERD, Backend, Server, Upstream, auth, clean_env, write_config
+from tests.harness import INFERD, Backend, Server, Upstream, auth, clean_env, serving
 
 CAP_S = 4
 CAPPED_TOML = """
@@ -157,12 +157,8 @@ def test_a_bad_audio_table_fails_at_start(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def capped(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """A server that transcribes at most CAP_S seconds, with an HTTP and an in-process ASR model."""
-    folder = tmp_path_factory.mktemp("capped")
-    srv = Server.start(folder, backend, write_config(folder / "inferd.toml", CAPPED_TOML, upstream))
-    try:
+    with serving(tmp_path_factory.mktemp("capped"), backend, upstream, CAPPED_TOML) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _transcriptions_sent(upstream: Upstream) -> int:

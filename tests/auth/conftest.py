@@ -10,26 +10,13 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.harness import Backend, Server, Upstream, serving, write_config
+from tests.conftest import MOCK_CHAT_TOML
+from tests.harness import IDP_AUDIENCE as AUDIENCE
+from tests.harness import IDP_HS256_SECRET as HS256_SECRET
+from tests.harness import IDP_ISSUER as ISSUER
+from tests.harness import Backend, Server, Upstream, write_config
 
-ISSUER = "https://idp.test"
-AUDIENCE = "inferd"
-HS256_SECRET = "test-hs256-secret-" + "0123456789abcdef" * 4  # 64+ bytes, long enough for HS512 too
-
-_MODEL = """
-[[models]]
-id = "mock-chat"
-base_url = "{upstream}/v1"
-upstream_model = "mock"
-"""
-
-
-@pytest.fixture(scope="session")
-def idp_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
-    """A server verifying HS256 idp tokens."""
-    toml = f'[idp]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\nhs256_secret = "{HS256_SECRET}"\n' + _MODEL
-    with serving(tmp_path_factory.mktemp("idp-hs"), backend, upstream, toml) as srv:
-        yield srv
+__all__ = ["AUDIENCE", "HS256_SECRET", "ISSUER", "JwksKeys"]
 
 
 class JwksKeys:
@@ -58,7 +45,7 @@ def jwks_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upst
     """A server verifying RS256/ES256 idp tokens against a JWKS file (named relative to the config)."""
     folder = tmp_path_factory.mktemp("idp-jwks")
     (folder / "jwks.json").write_text(json.dumps(jwks_keys.jwks()), encoding="utf-8")
-    toml = f'[idp]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\njwks_file = "jwks.json"\n' + _MODEL
+    toml = f'[idp]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\njwks_file = "jwks.json"\n' + MOCK_CHAT_TOML
     config = write_config(Path(folder) / "inferd.toml", toml, upstream)
     srv = Server.start(tmp_path_factory.mktemp("idp-jwks-data"), backend, config)
     try:

@@ -5,31 +5,18 @@ none (only the org's admin keys see it)."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import insert
-from sqlalchemy.engine import Connection
 
 from inferd.store.batches import BatchRepository
 from inferd.store.db import create_engine, migrate
 from inferd.store.files import FileStore
 from inferd.store.tables import batches, files
-from tests.harness import Backend, pg_create_database, pg_drop_database
+from tests.harness import Backend, scratch_database, upgrade_to
 
-
-def _upgrade_to(revision: str) -> Any:
-    def run(connection: Connection) -> None:
-        config = Config()
-        config.set_main_option("script_location", "inferd.store:migrations")
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-
-    return run
 
 
 def _file(file_id: str, purpose: str = "batch") -> dict[str, Any]:
@@ -47,18 +34,12 @@ def _batch(hex_id: str, key_id: str, input_file_id: str, done: bool) -> dict[str
 
 
 def test_existing_files_get_their_owner(tmp_path: Path, backend: Backend) -> None:
-    name = None
-    if backend.database_url.startswith("postgresql"):
-        name = f"inferd_mig_{uuid.uuid4().hex[:8]}"
-        url = pg_create_database(backend.database_url, name)
-    else:
-        url = f"sqlite:///{tmp_path / 'old.db'}"
 
-    async def go() -> None:
+    async def go(url: str) -> None:
         engine = create_engine(url)
         try:
             async with engine.begin() as conn:
-                await conn.run_sync(_upgrade_to("0005"))
+                await conn.run_sync(upgrade_to("0005"))
                 # `shared` is named by KEYA's batch first, then KEYB's; `orphan` by none.
                 await conn.execute(insert(files), [_file("file-shared"), _file("file-orphan"), _file("file-b"),
                                                    _file("file-out-aaa", "batch_output"),
@@ -83,8 +64,5 @@ def test_existing_files_get_their_owner(tmp_path: Path, backend: Backend) -> Non
         finally:
             await engine.dispose()
 
-    try:
-        asyncio.run(go())
-    finally:
-        if name:
-            pg_drop_database(backend.database_url, name)
+    with scratch_database(backend, tmp_path) as url:
+        asyncio.run(go(url))

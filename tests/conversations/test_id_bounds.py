@@ -14,7 +14,7 @@ BEYOND_BIGINT = 2**63
 def test_ids_past_the_columns_are_misses_or_400s(make_user: Callable[..., EndUser]) -> None:
     alice = make_user()
     cid = alice.create(title="bounds")["id"]
-    message = alice.say(cid, "hello")
+    alice.say(cid, "hello")
 
     for body in ({"project_id": BEYOND_INT}, {"cloud_agent_task_id": BEYOND_INT}):
         reply = alice.post("/conversations", body)
@@ -46,4 +46,3 @@ def test_ids_past_the_columns_are_misses_or_400s(make_user: Callable[..., EndUse
     reply = alice.post("/conversations/delete", {"conversation_ids": [cid, BEYOND_INT]})
     assert reply.status_code == 200, reply.text
     assert reply.json()["total"] == {"deleted_ids": [cid], "skipped_ids": [BEYOND_INT]}
-    assert message["id"] >= 1

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from inferd.limits.memory import SPEND_MAX_AGE_SECONDS as STALE_SECONDS
+from tests.batches.conftest import Worker, content, create, request_line, wait_for
 from tests.harness import Backend, Server, auth
 
 BODY = {"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]}
@@ -36,12 +37,18 @@ def chat(server: Server, key: str) -> int:
     return httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=BODY, timeout=30).status_code
 
 
+def cost_of_one_call(server: Server) -> float:
+    """What one BODY call costs, measured on a probe key."""
+    probe = server.create_key()
+    assert chat(server, probe) == 200
+    cost = float(server.usage_rows(probe)[0]["cost_usd"])
+    assert cost > 0
+    return cost
+
+
 def test_budget_spent_on_one_server_is_refused_on_the_other(pair: list[Server]) -> None:
     a, b = pair
-    probe = a.create_key()
-    assert chat(a, probe) == 200
-    one = float(a.usage_rows(probe)[0]["cost_usd"])
-    assert one > 0
+    one = cost_of_one_call(a)
     key = a.create_key(budget_usd=one * 2.5)
 
     assert chat(b, key) == 200  # B has read the key's spend (0) and added its own call: one
@@ -58,9 +65,7 @@ def test_budget_spent_on_one_server_is_refused_on_the_other(pair: list[Server]) 
 
 def test_budget_first_seen_on_the_other_server_is_read_from_the_database(pair: list[Server]) -> None:
     a, b = pair
-    probe = a.create_key()
-    assert chat(a, probe) == 200
-    one = float(a.usage_rows(probe)[0]["cost_usd"])
+    one = cost_of_one_call(a)
     key = a.create_key(budget_usd=one * 1.5)
     assert [chat(a, key), chat(a, key), chat(a, key)] == [200, 200, 402]
     # No sleep needed: B has never seen this key, so its first check reads the database.
@@ -71,9 +76,7 @@ def test_budget_first_seen_on_the_other_server_is_read_from_the_database(pair: l
 
 def test_spend_is_not_counted_twice_by_the_re_read(pair: list[Server]) -> None:
     a, b = pair
-    probe = a.create_key()
-    assert chat(a, probe) == 200
-    one = float(a.usage_rows(probe)[0]["cost_usd"])
+    one = cost_of_one_call(a)
     key = a.create_key(budget_usd=one * 3.5)
     assert [chat(a, key), chat(a, key)] == [200, 200]  # A's view: two
     time.sleep(STALE_SECONDS + 0.2)
@@ -84,3 +87,27 @@ def test_spend_is_not_counted_twice_by_the_re_read(pair: list[Server]) -> None:
     assert chat(b, key) == 402
     assert chat(a, key) == 402
     assert abs(a.spend(key) - 4 * one) < 1e-12
+
+
+def test_a_separate_batch_worker_sees_spend_committed_by_the_server(pair: list[Server]) -> None:
+    """`inferd batch-worker` beside a server, no Redis: once the worker has read a key's spend, the
+    server spends the rest of the budget, and the worker's next batch line is refused (budget)."""
+    a, _ = pair
+    one = cost_of_one_call(a)
+    key = a.create_key(budget_usd=one * 2.5)
+    worker = Worker(a)
+    try:
+        first = create(a, key, [request_line("seen")])  # the worker reads the key's spend, then adds half a call
+        assert wait_for(a, key, first["id"], ("completed",))["request_counts"]["completed"] == 1
+        assert [chat(a, key), chat(a, key)] == [200, 200]  # past 2.5 calls' worth: the budget is spent
+        assert chat(a, key) == 402
+        spent = a.spend(key)
+        time.sleep(STALE_SECONDS + 0.2)
+        second = wait_for(a, key, create(a, key, [request_line("refused")])["id"], ("completed",))
+        assert second["request_counts"] == {"total": 1, "completed": 0, "failed": 1}
+        [error] = content(a, key, second["error_file_id"])
+        assert error["custom_id"] == "refused" and error["error"]["code"] == "budget_exceeded", error
+    finally:
+        worker.stop()
+    assert a.spend(key) == spent  # the refused line reached no engine and cost nothing
+    assert len(a.usage_rows(key)) == 3

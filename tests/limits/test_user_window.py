@@ -4,41 +4,11 @@ same parent has a window of its own, and so does the parent key itself."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from typing import Any, Iterator
 
 import httpx
-import jwt
-import pytest
 
-from tests.harness import Backend, Server, Upstream, auth, serving
-
-ISSUER = "https://idp.window.test"
-AUDIENCE = "inferd"
-SECRET = "window-test-hs256-secret-" + "0123456789abcdef" * 4
-
-_CONFIG = f'[idp]\nissuer = "{ISSUER}"\naudience = "{AUDIENCE}"\nhs256_secret = "{SECRET}"\n' + """
-[[models]]
-id = "mock-chat"
-base_url = "{upstream}/v1"
-upstream_model = "mock"
-"""
-
-
-@pytest.fixture(scope="module")
-def idp_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
-    """A server that verifies HS256 identity tokens, so one application key can mint keys for several users."""
-    with serving(tmp_path_factory.mktemp("window-idp"), backend, upstream, _CONFIG) as srv:
-        yield srv
-
-
-def idp_token(subject: str) -> str:
-    """A signed identity token for `subject`."""
-    now = int(time.time())
-    claims: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": subject, "email": f"{subject}@example.test",
-                              "iat": now, "exp": now + 600}
-    return jwt.encode(claims, SECRET, algorithm="HS256")
+from tests.harness import Server, auth, idp_token
 
 
 def conversations(server: Server, key: str) -> httpx.Response:

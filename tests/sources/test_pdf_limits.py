@@ -14,7 +14,7 @@ import pytest
 from inferd.config import load_catalogue
 from inferd.engines.registry import default_registry
 from inferd.errors import ConfigError
-from tests.harness import Backend, Server, Upstream, write_config
+from tests.harness import Backend, Server, Upstream, serving
 from tests.sources import documents
 from tests.sources.conftest import new_user, stored_chunks, upload
 
@@ -65,12 +65,8 @@ def child_pids(pid: int) -> set[int]:
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream) -> Iterator[Server]:
     """A server that gives each PDF TIMEOUT_S seconds."""
-    folder = tmp_path_factory.mktemp("pdf-limits")
-    srv = Server.start(folder, backend, write_config(folder / "inferd.toml", LIMITED_TOML, upstream))
-    try:
+    with serving(tmp_path_factory.mktemp("pdf-limits"), backend, upstream, LIMITED_TOML) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_a_pdf_that_reads_too_long_is_refused_and_its_reader_killed(limited: Server) -> None:

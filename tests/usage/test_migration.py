@@ -3,48 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import insert
-from sqlalchemy.engine import Connection
 
 from inferd.store.db import create_engine, migrate
 from inferd.store.tables import usage_rows
 from inferd.store.usage import UsageQuery, UsageRepository
-from tests.harness import Backend, pg_create_database, pg_drop_database
+from tests.harness import Backend, scratch_database, upgrade_to
 from tests.usage.conftest import usage_row
 
 
-def _upgrade_to(revision: str) -> object:
-    def run(connection: Connection) -> None:
-        config = Config()
-        config.set_main_option("script_location", "inferd.store:migrations")
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-
-    return run
-
 
 def test_existing_rows_are_rolled_up(tmp_path: Path, backend: Backend) -> None:
-    name = None
-    if backend.database_url.startswith("postgresql"):
-        name = f"inferd_mig_{uuid.uuid4().hex[:8]}"
-        url = pg_create_database(backend.database_url, name)
-    else:
-        url = f"sqlite:///{tmp_path / 'old.db'}"
     key = "IFDKOLDROWS:secret"
     rows = [usage_row(key, datetime(2025, 1, 30, 22) + timedelta(hours=5 * i), model=("a", "b")[i % 2], prompt=i,
                       metadata={"env": "prod"} if i % 3 else None) for i in range(40)]
 
-    async def go() -> None:
+    async def go(url: str) -> None:
         engine = create_engine(url)
         try:
             async with engine.begin() as conn:
-                await conn.run_sync(_upgrade_to("0001"))
+                await conn.run_sync(upgrade_to("0001"))
                 await conn.execute(insert(usage_rows), rows)
             await migrate(engine)
             repo = UsageRepository(engine)
@@ -61,8 +42,5 @@ def test_existing_rows_are_rolled_up(tmp_path: Path, backend: Backend) -> None:
         finally:
             await engine.dispose()
 
-    try:
-        asyncio.run(go())
-    finally:
-        if name:
-            pg_drop_database(backend.database_url, name)
+    with scratch_database(backend, tmp_path) as url:
+        asyncio.run(go(url))
