@@ -334,10 +334,13 @@ def _positive_numbers(where: _Where, table: str, raw: dict[str, Any], kind: type
     return kind(**{key: float(value) for key, value in raw.items()})
 
 
+MAX_RETRIEVAL_TOP_K = 20  # passages a generate turn retrieves before its first model call (services/retrieval.py)
+
 # `[conversations]` keys and their types (CONTRACT.md); readers use `.get(key, default)`.
 _CONVERSATION_KEYS: dict[str, type | tuple[type, ...]] = {
     "embedding_model": str, "default_chat_model": str, "max_tool_steps": int,
-    "ephemeral_ttl_seconds": (int, float), "extract_timeout_s": (int, float),
+    "ephemeral_ttl_seconds": (int, float), "extract_timeout_s": (int, float), "retrieval_top_k": int,
+    "retrieval_tokens": int,
 }
 
 
@@ -346,8 +349,11 @@ def _parse_conversations(where: _Where, raw: dict[str, Any]) -> dict[str, Any]:
         if key not in _CONVERSATION_KEYS:
             raise where.fail("[conversations]", key, f"unknown key (known: {', '.join(_CONVERSATION_KEYS)})")
         _typecheck(where, "[conversations]", key, value, _CONVERSATION_KEYS[key])
-        if key in ("max_tool_steps", "ephemeral_ttl_seconds", "extract_timeout_s") and value <= 0:
+        if key in ("max_tool_steps", "ephemeral_ttl_seconds", "extract_timeout_s", "retrieval_top_k",
+                   "retrieval_tokens") and value <= 0:
             raise where.fail("[conversations]", key, "must be positive")
+        if key == "retrieval_top_k" and value > MAX_RETRIEVAL_TOP_K:
+            raise where.fail("[conversations]", key, f"must be at most {MAX_RETRIEVAL_TOP_K}")
     return dict(raw)
 
 

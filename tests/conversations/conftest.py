@@ -148,6 +148,19 @@ capabilities = ["tools"]
 tokenizer = "upstream"
 
 [[models]]
+id = "mock-grounded"
+base_url = "{upstream}/v1"
+upstream_model = "mock-grounded"
+capabilities = ["tools"]
+tokenizer = "upstream"
+
+[[models]]
+id = "mock-grounded-plain"
+base_url = "{upstream}/v1"
+upstream_model = "mock-grounded-plain"
+tokenizer = "upstream"
+
+[[models]]
 id = "mock-reason"
 base_url = "{upstream}/v1"
 upstream_model = "mock-reasoning"

@@ -6,10 +6,12 @@ import time
 from typing import Any
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 
 from tests.conversations.conftest import EndUser, mint_user
+from tests.fakes.upstream import fake_embedding
 from tests.harness import Server, Upstream, auth
 
 DOCUMENT = "Field notes. The secret launch code of the Pelican mission is AMBER-7731, kept in the blue safe."
@@ -48,10 +50,22 @@ def parent_key(user: EndUser) -> str:
     return user.owned_key
 
 
-def test_a_turn_searches_the_sources_and_is_stored(gen_server: Server, upstream: Upstream, alice: EndUser) -> None:
+def unrelated_message(text: str) -> str:
+    """A greeting whose fake embedding is far from `text`'s and which shares no word with it: retrieval
+    finds nothing for it, so a model with tools is offered the search tool."""
+    vector = np.asarray(fake_embedding(text))
+    for candidate in ("hello", "hello there", "hi!", "good morning", "hey you", "greetings", "howdy"):
+        other = np.asarray(fake_embedding(candidate))
+        if float(vector @ other / np.linalg.norm(vector) / np.linalg.norm(other)) < 0.1:
+            return candidate
+    raise AssertionError("no candidate is far enough")
+
+
+def test_a_model_may_still_search_when_retrieval_finds_nothing(gen_server: Server, upstream: Upstream,
+                                                                alice: EndUser) -> None:
     cid = alice.create()["id"]
     upload(alice, cid, DOCUMENT)
-    question = alice.say(cid, "What is the launch code of the Pelican mission?")
+    question = alice.say(cid, unrelated_message(DOCUMENT))
     response = generate(alice, cid, question["id"])
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/event-stream")
@@ -59,28 +73,31 @@ def test_a_turn_searches_the_sources_and_is_stored(gen_server: Server, upstream:
     assert frames[0] == {"conversation_id": cid, "title": None}
     assert frames[-1] == "[DONE]"
     kinds = [f.get("type") for f in frames[1:-1]]
-    assert kinds.index("sources") < kinds.index("tool_call") < kinds.index("tool_result") < kinds.index("title")
+    assert kinds.index("sources") < kinds.index("retrieval") < kinds.index("tool_call") < kinds.index(
+        "tool_result") < kinds.index("title")
+    assert next(f for f in frames if isinstance(f, dict) and f.get("type") == "retrieval")["passages"] == []
     call = next(f for f in frames if isinstance(f, dict) and f.get("type") == "tool_call")
-    assert call["tool_name"] == "search_sources" and "Pelican" in orjson.loads(call["arguments"])["query"]
-    answer = "".join(f["chunk"] for f in frames if isinstance(f, dict) and "chunk" in f and "type" not in f)
-    assert "AMBER-7731" in answer and answer.startswith("From the sources:")
-    # The model was offered the tool, and its second step saw the tool result.
+    assert call["tool_name"] == "search_sources" and orjson.loads(call["arguments"])["query"] == question["message"]
+    # The model was offered the tool at each step (its search found nothing either), then answered.
     chats = [r["body"] for r in upstream.requests() if r["path"] == "/v1/chat/completions"
              and r["body"]["model"] == "mock-agent"][-2:]
-    assert chats[0]["tools"][0]["function"]["name"] == "search_sources"
-    assert "AMBER-7731" in chats[1]["messages"][-2]["content"] and chats[1]["messages"][-2]["role"] == "tool"
-    assert chats[1]["messages"][-1]["role"] == "user" and "tools" not in chats[1]  # now answer, no more search
+    assert [bool(c.get("tools")) for c in chats] == [True, True]
+    assert chats[1]["messages"][-1]["role"] == "tool" and "No passages" in chats[1]["messages"][-1]["content"]
+    assert all(m["role"] != "tool" for m in chats[0]["messages"])  # the retrieval row is not a model's call
 
     detail = alice.detail(cid)
     rows = detail["messages"]
     assert [(m["role"], m["finish_reason"]) for m in rows] == [
-        ("user", None), ("assistant", "tool_calls"), ("tool", None), ("assistant", "stop")]
-    user_row, call_row, tool_row, final = rows
-    assert call_row["parent_message_id"] == question["id"] and "tool_calls" not in call_row
+        ("user", None), ("tool", None), ("assistant", "tool_calls"), ("tool", None), ("assistant", "stop")]
+    user_row, retrieval_row, call_row, tool_row = rows[:4]
+    final = rows[-1]
+    assert retrieval_row["parent_message_id"] == question["id"] and call_row["parent_message_id"] == retrieval_row["id"]
+    assert "tool_calls" not in call_row
     assert tool_row["tool_name"] == "search_sources" and tool_row["tool_status"] == "ok"
-    assert tool_row["tool_call_id"] == call["tool_call_id"] and "AMBER-7731" in tool_row["message"]
-    assert final["message"] == answer and final["model_name"] == "mock-agent"
-    assert len({call_row["turn_id"], tool_row["turn_id"], final["turn_id"]}) == 1 and final["turn_id"]
+    assert tool_row["tool_call_id"] == call["tool_call_id"]
+    assert final["message"] == "".join(f["chunk"] for f in frames if isinstance(f, dict) and "chunk" in f
+                                       and "type" not in f) and final["model_name"] == "mock-agent"
+    assert len({m["turn_id"] for m in rows[1:]}) == 1 and final["turn_id"]
     assert user_row["turn_id"] is None
     # Untitled conversations get a title from default_chat_model.
     title = next(f for f in frames if isinstance(f, dict) and f.get("type") == "title")["title"]
@@ -91,7 +108,8 @@ def test_a_turn_searches_the_sources_and_is_stored(gen_server: Server, upstream:
     assert [r["model"] for r in chat_rows] == ["mock-agent", "mock-agent", "mock-chat"]
     assert all(r["status_code"] == 200 and r["cost_usd"] > 0 and r["user_id"] == str(alice.user_id)
                for r in chat_rows)
-    assert any(r["model"] == "mock-embed" for r in rows_billed)  # the search embedded its query
+    # The upload, the retrieval's query, the model's search (nothing found: no pieces embedded).
+    assert sum(1 for r in rows_billed if r["model"] == "mock-embed") == 3
 
 
 def test_without_sources_no_tool_is_offered(upstream: Upstream, alice: EndUser) -> None:
@@ -99,12 +117,14 @@ def test_without_sources_no_tool_is_offered(upstream: Upstream, alice: EndUser) 
     question = alice.say(cid, "hello")
     frames = frames_of(generate(alice, cid, question["id"]))
     assert frames[0] == {"conversation_id": cid, "title": "kept"} and frames[-1] == "[DONE]"
-    assert not any(isinstance(f, dict) and f.get("type") in ("sources", "tool_call", "title") for f in frames)
+    assert not any(isinstance(f, dict) and f.get("type") in ("sources", "retrieval", "tool_call", "title")
+                   for f in frames)
     last = [r["body"] for r in upstream.requests() if r["path"] == "/v1/chat/completions"][-1]
     assert "tools" not in last and last["messages"][0]["role"] == "system"
     assert last["messages"][-1] == {"role": "user", "content": "hello"}
     rows = alice.detail(cid)["messages"]
     assert [m["role"] for m in rows] == ["user", "assistant"] and rows[1]["finish_reason"] == "stop"
+    assert rows[1]["metadata"] == {}  # no citations without passages
     assert alice.detail(cid)["title"] == "kept"
     # A follow-up turn sends the branch so far.
     follow = alice.say(cid, "and then?")
@@ -116,15 +136,15 @@ def test_without_sources_no_tool_is_offered(upstream: Upstream, alice: EndUser) 
 def test_tool_steps_are_capped(alice: EndUser) -> None:
     cid = alice.create(title="loop")["id"]
     upload(alice, cid, DOCUMENT)
-    question = alice.say(cid, "search forever")
+    question = alice.say(cid, unrelated_message(DOCUMENT))
     frames = frames_of(generate(alice, cid, question["id"], "mock-agent-loop"))
     assert frames[-1] == "[DONE]"
     assert sum(1 for f in frames if isinstance(f, dict) and f.get("type") == "tool_call") == 2
     rows = alice.detail(cid)["messages"]
-    assert [m["tool_status"] for m in rows if m["role"] == "tool"] == ["error", "error"]  # empty queries
+    assert [m["tool_status"] for m in rows if m["role"] == "tool"] == ["ok", "error", "error"]  # empty queries
     assert [(m["role"], m["finish_reason"]) for m in rows] == [
-        ("user", None), ("assistant", "tool_calls"), ("tool", None), ("assistant", "tool_calls"), ("tool", None),
-        ("assistant", "stop")]
+        ("user", None), ("tool", None), ("assistant", "tool_calls"), ("tool", None), ("assistant", "tool_calls"),
+        ("tool", None), ("assistant", "stop")]
 
 
 def test_engine_failure_mid_turn_keeps_rows_and_bills(gen_server: Server, alice: EndUser) -> None:
@@ -137,14 +157,13 @@ def test_engine_failure_mid_turn_keeps_rows_and_bills(gen_server: Server, alice:
     assert "[DONE]" not in frames
     error = frames[-1]["error"]
     assert set(error) >= {"message", "type", "code"} and error["type"] == "engine_error"
-    assert [f["chunk"] for f in frames if isinstance(f, dict) and "chunk" in f and "type" not in f] == ["From",
-                                                                                                     " the"]
+    assert [f["chunk"] for f in frames if isinstance(f, dict) and "chunk" in f and "type" not in f] == ["This", " is"]
     rows = alice.detail(cid)["messages"]
-    assert [(m["role"], m["finish_reason"]) for m in rows] == [("user", None), ("assistant", "tool_calls"),
-                                                               ("tool", None)]
+    # The retrieval row was written before the model ran; the broken answer is not stored.
+    assert [(m["role"], m["tool_name"]) for m in rows] == [("user", None), ("tool", "search_sources")]
     billed = [r for r in gen_server.usage_rows(parent_key(alice)) if r["model"] == "mock-agent-drop"]
-    assert [r["status_code"] for r in billed][0] == 200 and billed[1]["status_code"] >= 500
-    assert billed[1]["completion_tokens"] == 2  # what ran is billed
+    assert [r["status_code"] >= 500 for r in billed] == [True]
+    assert billed[0]["completion_tokens"] == 2  # what ran is billed
 
 
 def test_unreachable_engine_is_an_error_frame(alice: EndUser) -> None:

@@ -19,33 +19,36 @@ Night shifts end at 6 in the morning. Visitors sign in at the front office.
 """
 
 
-@pytest.mark.timeout(300)  # three real model calls on a shared CPU (usually about 5 s, over 80 s under load)
+@pytest.mark.timeout(300)  # two real model calls on a shared CPU (usually a few seconds, over 60 s under load)
 def test_builtin_model_answers_from_the_document(builtin: Server) -> None:
     user = mint_user(builtin, f"org-{uuid.uuid4().hex[:8]}")
     cid = user.create()["id"]
     uploaded = httpx.post(f"{builtin.v1}/conversations/{cid}/files/vectorize", headers=auth(user.key),
                           files={"file": ("memo.txt", DOCUMENT.encode(), "text/plain")}, timeout=120)
     assert uploaded.status_code == 201, uploaded.text
-    question = user.say(cid, "What is the access code for the north gate of the Harbor Lights warehouse? "
-                             "Search my documents.")
+    source_id = uploaded.json()["source"]["id"]
+    question = user.say(cid, "What is the access code for the north gate of the Harbor Lights warehouse?")
     response = httpx.post(f"{builtin.v1}/conversations/{cid}/generate", params={"model": "fast"},
                           headers=auth(user.key), json={"conversation_id": cid, "message_id": question["id"]},
                           timeout=280)
     assert response.status_code == 200, response.text
     frames = frames_of(response)
     assert frames[-1] == "[DONE]", frames[-3:]
-    assert any(isinstance(f, dict) and f.get("type") == "tool_call" and f["tool_name"] == "search_sources"
-               for f in frames)
+    # Retrieved before the model ran, whatever the model would have done with tools.
+    [retrieved] = [f for f in frames if isinstance(f, dict) and f.get("type") == "retrieval"]
+    assert any("58213" in passage["text"] for passage in retrieved["passages"])
     answer = "".join(f["chunk"] for f in frames if isinstance(f, dict) and "chunk" in f and "type" not in f)
     assert "58213" in answer, answer
+    [message] = [f for f in frames if isinstance(f, dict) and f.get("type") == "message"]
+    assert message["citations"] and all(c["source_id"] == source_id for c in message["citations"])
     detail = user.detail(cid)
     roles = [(m["role"], m["finish_reason"]) for m in detail["messages"]]
-    assert roles[0] == ("user", None) and roles[-1] == ("assistant", "stop")
-    assert ("tool", None) in roles and ("assistant", "tool_calls") in roles
-    tool_rows = [m for m in detail["messages"] if m["role"] == "tool"]
-    assert all(m["tool_name"] == "search_sources" and m["tool_status"] == "ok" for m in tool_rows)
-    assert "58213" in tool_rows[0]["message"]
+    assert roles == [("user", None), ("tool", None), ("assistant", "stop")]
+    tool_row = detail["messages"][1]
+    assert tool_row["tool_name"] == "search_sources" and tool_row["tool_status"] == "ok"
+    assert "58213" in tool_row["message"]
     assert "58213" in detail["messages"][-1]["message"]
+    assert detail["messages"][-1]["metadata"]["citations"] == message["citations"]
     assert len({m["turn_id"] for m in detail["messages"][1:]}) == 1
     assert detail["title"]  # titled with default_chat_model (the built-in model too)
     assert detail["sources"] and detail["sources"][0]["source_name"] == "memo.txt"

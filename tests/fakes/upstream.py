@@ -19,6 +19,10 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
                          an empty query;
                          `mock-agent-drop`: after the tool result, two words, then the connection closes)
 - `mock-crash`           answers 500 with a traceback naming a file path and an internal host
+- `mock-grounded`        (streams) reads numbered passages (`[n] (...)` blocks) and the `Question:` line of
+                         the last user message, and answers with the sentence of the passage sharing most
+                         words with the question, then ` [n]` (`mock-grounded-plain`: without the marker);
+                         "The documents do not say." when the message holds no passages
 
 Whatever the model, a request whose bearer starts with `rejected-` is answered 401 and one whose
 bearer starts with `forbidden-` 403 (OpenAI's shape), on every route: a wrong `api_key` in the
@@ -37,6 +41,7 @@ import argparse
 import asyncio
 import base64
 import json
+import re
 import struct
 import time
 import zlib
@@ -131,6 +136,24 @@ def _suffix_number(model: str, prefix: str) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def _grounded_answer(body: dict[str, Any], model: str) -> list[str]:
+    """`mock-grounded*`: the best-matching sentence of the best-matching numbered passage."""
+    messages = body.get("messages") or []
+    text = str((messages[-1] if messages else {}).get("content") or "")
+    question = re.search(r"^Question: (.*)$", text, re.MULTILINE)
+    blocks = re.findall(r"^\[(\d+)\] \([^\n]*\)\n(.*?)(?=\n\n\[\d+\] \(|\n\nQuestion: )", text, re.MULTILINE | re.DOTALL)
+    if question is None or not blocks:
+        return "The documents do not say.".split()
+    asked = set(re.findall(r"\w+", question.group(1).lower()))
+
+    def overlap(piece: str) -> int:
+        return len(asked & set(re.findall(r"\w+", piece.lower())))
+
+    number, passage = max(blocks, key=lambda block: overlap(block[1]))
+    sentence = max(re.split(r"(?<=[.!?])\s+|\n", passage), key=overlap).strip()
+    return (sentence + ("" if model == "mock-grounded-plain" else f" [{number}]")).split()
 
 
 def _agent_step(body: dict[str, Any], model: str) -> tuple[list[Any], str]:
@@ -237,6 +260,8 @@ class FakeUpstream:
                 words = []
             elif model == "mock-agent-drop":
                 drop = 2
+        if model.startswith("mock-grounded"):
+            words = _grounded_answer(body, model)
         if model == "mock-reasoning":
             await write_split(frame({"reasoning_content": "thinking"}))
         for index, word in enumerate(words):

@@ -18,6 +18,10 @@ from inferd.services.purge import check_interval
     ('ephemeral_ttl_seconds = 0', "key 'ephemeral_ttl_seconds': must be positive"),
     ('max_tool_steps = true', "key 'max_tool_steps': expected int"),
     ('embeding_model = "x"', "key 'embeding_model': unknown key"),
+    ('retrieval_top_k = 0', "key 'retrieval_top_k': must be positive"),
+    ('retrieval_top_k = 21', "key 'retrieval_top_k': must be at most 20"),
+    ('retrieval_tokens = 1.5', "key 'retrieval_tokens': expected int"),
+    ('retrieval_tokens = -3', "key 'retrieval_tokens': must be positive"),
 ])
 def test_bad_conversation_settings_fail_with_the_key_named(tmp_path: Path, table: str, expected: str) -> None:
     config = tmp_path / "inferd.toml"
@@ -29,9 +33,11 @@ def test_bad_conversation_settings_fail_with_the_key_named(tmp_path: Path, table
 
 def test_good_conversation_settings_are_kept(tmp_path: Path) -> None:
     config = tmp_path / "inferd.toml"
-    config.write_text('[conversations]\nembedding_model = "embed"\nephemeral_ttl_seconds = 2.5\n', encoding="utf-8")
+    config.write_text('[conversations]\nembedding_model = "embed"\nephemeral_ttl_seconds = 2.5\nretrieval_top_k = 20\n'
+                      'retrieval_tokens = 900\n', encoding="utf-8")
     settings = load_catalogue(config, default_registry().option_keys()).conversations
-    assert settings == {"embedding_model": "embed", "ephemeral_ttl_seconds": 2.5}
+    assert settings == {"embedding_model": "embed", "ephemeral_ttl_seconds": 2.5, "retrieval_top_k": 20,
+                        "retrieval_tokens": 900}
 
 
 def test_the_purge_checks_at_least_every_min_of_60_and_a_fifth_of_the_ttl() -> None:

@@ -1,11 +1,19 @@
-"""One generate turn (POST /v1/conversations/{id}/generate): an agentic loop, streamed and stored.
+"""One generate turn (POST /v1/conversations/{id}/generate): retrieval, an agentic loop, streamed and stored.
+
+Retrieve first: when the conversation has active sources, the turn searches them before the first
+model call (services/retrieval.py: meaning and words fused; a follow-up folds in the exchange
+before it) and the model answers from numbered passages (services/grounding.py), so an answer
+never depends on a small model deciding to search. The passages are stored as a `search_sources`
+tool row of the turn and streamed as a `retrieval` frame; the final `message` frame and the
+assistant row's metadata carry the citations. When retrieval finds nothing (or fails), a model
+with the `tools` capability may still call `search_sources` (until a search finds passages, or
+`max_tool_steps` steps; then it answers without tools).
 
 Every model step goes through the chat corridor (`ChatService`: catalogue, thinking rules,
 context fit, engine, one usage row in workspace `conversations`), exactly as an HTTP chat would.
-The model may call `search_sources` over the conversation's active sources (until a search finds
-passages, or `max_tool_steps` steps; then it answers without tools); each step is stored
-as it ends (assistant tool-call rows, tool rows, the final assistant row, all sharing a
-`turn_id`), so an engine failure or a client that leaves keeps what was written and bills what ran.
+Each step is stored as it ends (assistant tool-call rows, tool rows, the final assistant row, all
+sharing a `turn_id`), so an engine failure or a client that leaves keeps what was written and
+bills what ran.
 
 The turn runs in its own task and hands frames to the response through a queue: when the client
 disconnects, the response is cancelled and the turn task is cancelled once, so its stream relay
@@ -26,7 +34,7 @@ import orjson
 
 from inferd.catalogue import CHAT_TYPES, Deployment
 from inferd.errors import InferdError, NotFound
-from inferd.services import retrieval
+from inferd.services import grounding, retrieval
 from inferd.store.conversations import Access, NewMessage
 from inferd.store.keys import KeyRecord
 
@@ -37,6 +45,7 @@ log = logging.getLogger("inferd.generate")
 
 WORKSPACE = "conversations"
 DEFAULT_MAX_TOOL_STEPS = 6
+DEFAULT_RETRIEVAL_PASSAGES = 6  # chunks retrieved before the first model call; their best pieces are read
 DEFAULT_CHAT_MODEL = "fast"
 HISTORY_ROWS = 40  # rows of the branch sent to the model, newest last
 SYSTEM_PROMPT = ("You are a helpful assistant. Documents the user attached to this conversation can be searched "
@@ -58,12 +67,16 @@ def history_messages(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     while rows and rows[0]["role"] != "user":
         rows = rows[1:]  # a window that starts mid-turn would pair tool results with no call
     messages: list[dict[str, Any]] = []
+    calls: set[str] = set()
     for row in rows:
         if row["role"] == "tool":
-            messages.append({"role": "tool", "tool_call_id": row["tool_call_id"] or "", "content": row["message"]})
+            # A retrieval row answers no call of the model's: its passages served that turn only.
+            if row["tool_call_id"] in calls:
+                messages.append({"role": "tool", "tool_call_id": row["tool_call_id"], "content": row["message"]})
         elif row["role"] == "assistant" and row["tool_calls"]:
-            messages.append({"role": "assistant", "content": row["message"] or None,
-                             "tool_calls": orjson.loads(row["tool_calls"])})
+            tool_calls = orjson.loads(row["tool_calls"])
+            calls.update(str(call.get("id")) for call in tool_calls if isinstance(call, dict))
+            messages.append({"role": "assistant", "content": row["message"] or None, "tool_calls": tool_calls})
         else:
             messages.append({"role": row["role"], "content": row["message"]})
     return messages
@@ -132,6 +145,8 @@ class GenerateTurn:
         conversations = svc.config.conversations
         self._max_steps = int(conversations.get("max_tool_steps", DEFAULT_MAX_TOOL_STEPS))
         self._title_model = str(conversations.get("default_chat_model") or DEFAULT_CHAT_MODEL)
+        self._retrieval_top_k = int(conversations.get("retrieval_top_k", DEFAULT_RETRIEVAL_PASSAGES))
+        self._retrieval_tokens = int(conversations.get("retrieval_tokens", grounding.DEFAULT_RETRIEVAL_TOKENS))
 
     def frames(self, tasks: set["asyncio.Task[None]"]) -> AsyncIterator[bytes]:
         """The response body: frames the turn task produces; leaving cancels the task (once)."""
@@ -168,30 +183,83 @@ class GenerateTurn:
             await emit(sse({"type": "sources", "conversation_id": self._conversation_id, "active": True}))
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, *history_messages(self._history)]
         try:
-            found = False  # a search returned passages: the next step answers from them
+            passages = await self._retrieve(messages, emit) if self._has_sources else []
+            if passages:
+                messages[0] = {"role": "system", "content": grounding.GROUNDED_SYSTEM}
+                messages[-1] = {"role": "user", "content": grounding.grounded_question(self._question["message"],
+                                                                                      passages)}
+            # A search returned passages: the next step answers from them, without tools.
+            found = bool(passages)
+            searched = False  # found by the model's own search: it is told to answer now
             for step in range(self._max_steps + 1):
                 offer_tools = self._has_sources and step < self._max_steps and self._tools_capable() and not found
                 # Small models (the built-in 0.5B) keep calling tools unless told to answer now; the
                 # nudge goes upstream only and is never stored.
-                step_messages = messages + [{"role": "user", "content": ANSWER_NUDGE}] if found else messages
+                step_messages = messages + [{"role": "user", "content": ANSWER_NUDGE}] if searched else messages
                 output = await self._step(step_messages, offer_tools, emit)
                 if output is None:
                     return  # an error frame was sent
                 calls = output.calls() if offer_tools else []
                 if not calls:
-                    finish = "length" if output.finish_reason == "length" else "stop"
-                    final = await self._save(NewMessage(
-                        role="assistant", message="".join(output.content), user_id=self._user_id,
-                        reasoning_content="".join(output.reasoning) or None, model_name=self._deployment.id,
-                        finish_reason=finish, turn_id=self._turn_id))
-                    await emit(sse({"type": "message", "message_id": final, "finish_reason": finish,
-                                    "turn_id": self._turn_id}))
+                    await self._answer(output, passages, emit)
                     break
-                found = await self._tool_step(output, calls, messages, emit)
+                searched = found = await self._tool_step(output, calls, messages, emit)
             await self._title(emit)
             await emit(DONE)
         except InferdError as exc:
             await emit(sse({"error": {"message": exc.message, "type": exc.type, "code": exc.code}}))
+
+    async def _retrieve(self, messages: list[dict[str, Any]],
+                        emit: Callable[[bytes], Awaitable[None]]) -> list[grounding.Excerpt]:
+        """Search the sources for the question before any model call; store what the model will read
+        as a tool row of the turn and stream it. Returns the excerpts that fit the model's window
+        (none when nothing relevant was found or the search failed: then a model with tools may
+        still search)."""
+        question = str(self._question["message"])
+        queries = grounding.retrieval_queries(self._history, question)
+        call_id = f"retrieval_{self._turn_id[:16]}"
+        try:
+            found = await retrieval.retrieve(self._svc, self._key, self._conversation_id, queries,
+                                             self._retrieval_top_k)
+            excerpts = await grounding.condense(self._svc, self._key, question, found, self._retrieval_tokens)
+            excerpts = await grounding.fit_passages(self._deployment, messages, question, excerpts)
+        except InferdError as exc:
+            log.warning("retrieval failed in conversation %s: %s", self._conversation_id, exc.message)
+            row_id = await self._save(NewMessage(
+                role="tool", message=f"search_sources failed: {exc.message}", user_id=self._user_id,
+                tool_call_id=call_id, tool_name="search_sources", tool_status="error", turn_id=self._turn_id,
+                metadata={"retrieval": {"queries": [text for text, _ in queries], "error": exc.code}}))
+            await emit(sse({"type": "retrieval", "message_id": row_id, "tool_call_id": call_id,
+                            "tool_status": "error", "query": question, "passages": [],
+                            "error": {"message": exc.message, "type": exc.type, "code": exc.code}}))
+            return []
+        references = [excerpt.reference(i + 1) for i, excerpt in enumerate(excerpts)]
+        text = "\n\n".join(grounding.passage_block(i + 1, excerpt) for i, excerpt in enumerate(excerpts))
+        row_id = await self._save(NewMessage(
+            role="tool", message=text or retrieval.format_hits([]), user_id=self._user_id, tool_call_id=call_id,
+            tool_name="search_sources", tool_status="ok", turn_id=self._turn_id,
+            metadata={"retrieval": {"queries": [text for text, _ in queries], "passages": references}}))
+        await emit(sse({"type": "retrieval", "message_id": row_id, "tool_call_id": call_id, "tool_status": "ok",
+                        "query": question, "passages": [{**reference, "text": excerpt.text}
+                                                        for reference, excerpt in zip(references, excerpts)]}))
+        return excerpts
+
+    async def _answer(self, output: "StepOutput", passages: list[grounding.Excerpt],
+                      emit: Callable[[bytes], Awaitable[None]]) -> None:
+        """Store the final assistant row with its citations and announce it."""
+        finish = "length" if output.finish_reason == "length" else "stop"
+        answer = "".join(output.content)
+        numbers = grounding.cited(answer, str(self._question["message"]), passages)
+        citations = [passages[n - 1].reference(n) for n in numbers]
+        final = await self._save(NewMessage(
+            role="assistant", message=answer, user_id=self._user_id,
+            reasoning_content="".join(output.reasoning) or None, model_name=self._deployment.id,
+            finish_reason=finish, turn_id=self._turn_id, metadata={"citations": citations} if passages else None))
+        frame: dict[str, Any] = {"type": "message", "message_id": final, "finish_reason": finish,
+                                 "turn_id": self._turn_id}
+        if passages:
+            frame["citations"] = citations
+        await emit(sse(frame))
 
     def _tools_capable(self) -> bool:
         return "tools" in self._deployment.config.capabilities

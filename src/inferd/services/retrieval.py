@@ -1,17 +1,26 @@
-"""Retrieval over a conversation's sources: the `search_sources` tool of the generate stream.
+"""Retrieval over a conversation's sources: the passages a generate turn answers from, and the
+`search_sources` tool a model may call for more.
 
-The query is embedded with `[conversations] embedding_model` (billed like any embedding, workspace
-`conversations`) and compared by cosine with every chunk of the conversation's active sources, in
-numpy: a conversation holds at most a few thousand chunks, a fraction of a millisecond to score.
+Two rankings of the chunks of the conversation's active sources, fused by reciprocal rank (RRF):
+- meaning: the query embedded with `[conversations] embedding_model` (billed like any embedding,
+  workspace `conversations`) and compared by cosine with every chunk vector, in numpy (a
+  conversation holds a few thousand chunks at most: a millisecond to score);
+- words: the database's keyword index (SQLite FTS5 / PostgreSQL full-text, migration 0007), which
+  finds the exact names, codes and numbers that dense vectors of a small embedder blur.
+RRF needs no score calibration between the two (BM25 and cosine live on different scales) and a
+chunk ranked well by both beats one ranked first by either alone.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from inferd.config import MAX_RETRIEVAL_TOP_K
 from inferd.metering import usage_for
 from inferd.services.ingest.embed import EmbeddingFailed, embed_texts, embedding_deployment
 from inferd.services.ingest.service import WORKSPACE, embedding_model
@@ -22,7 +31,7 @@ if TYPE_CHECKING:
     from inferd.app import Services
 
 DEFAULT_TOP_K = 5
-MAX_TOP_K = 20
+MAX_TOP_K = MAX_RETRIEVAL_TOP_K
 
 SEARCH_SOURCES_TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": "search_sources",
@@ -47,38 +56,131 @@ def rank(matrix: np.ndarray, dims: list[int], query: np.ndarray, top_k: int) -> 
     return [(int(i), float(scores[i])) for i in best if np.isfinite(scores[i])]
 
 
-async def search_sources(svc: "Services", key: KeyRecord, conversation_id: int, query: str,
-                         top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
-    """The `top_k` chunks of the conversation's active sources closest to `query` (cosine), best first:
-    `{source_id, source_name, chunk_id, ordinal, text, score}`. No embedding call (and no charge)
-    when the conversation has no active source. The caller checks the user may read the conversation.
-    Raises EmbeddingFailed (503) when the embedding engine is unreachable."""
-    top_k = max(1, min(int(top_k), MAX_TOP_K))
-    async with svc.db.connect() as conn:
-        ids, matrix, dims = await store.active_chunk_vectors(conn, conversation_id)
-    if not ids or not query.strip():
-        return []
+RRF_K = 60  # the usual constant: damps the difference between rank 1 and rank 2 of one list
+CANDIDATES = 40  # chunks taken from each ranking before fusion
+# A chunk no query word matches is kept only when it is at least this close in meaning: an
+# off-topic message ("hello") retrieves nothing rather than the least unrelated chunks.
+MIN_COSINE = 0.15
+MAX_TERMS = 24
+
+# Words that carry no meaning for a keyword match (question words included: every question has them).
+STOPWORDS = frozenset("""
+a about above after again all also am an and any are as at be been before being below between both but by can
+could did do does doing done during each few for from further had has have having he her here hers him his how
+i if in into is it its itself just me more most my no nor not of off on once only or other our out over own
+please same she should so some such than that the their them then there these they this those through to too
+under until up very was we were what when where which while who whom why will with would you your yours tell
+know give say find show
+""".split())
+_TERM = re.compile(r"[^\W_]+(?:[-_./:][^\W_]+)*")
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrieved chunk: where it comes from (source, chunk, span in the extracted text) and its text."""
+
+    source_id: int
+    source_name: str
+    chunk_id: int
+    ordinal: int
+    text: str
+    heading: str | None
+    char_start: int | None
+    char_end: int | None
+    score: float
+
+    def reference(self, index: int) -> dict[str, Any]:
+        """What a client needs to link to the passage (numbered as the model saw it), without its text."""
+        return {"index": index, "source_id": self.source_id, "source_name": self.source_name,
+                "chunk_id": self.chunk_id, "ordinal": self.ordinal, "heading": self.heading,
+                "char_start": self.char_start, "char_end": self.char_end, "score": round(self.score, 6)}
+
+    def hit(self) -> dict[str, Any]:
+        """The passage as `search_sources` returns it."""
+        return {"source_id": self.source_id, "source_name": self.source_name, "chunk_id": self.chunk_id,
+                "ordinal": self.ordinal, "text": self.text, "heading": self.heading,
+                "char_start": self.char_start, "char_end": self.char_end, "score": round(self.score, 6)}
+
+
+def query_terms(query: str) -> list[str]:
+    """The words and codes of a query worth matching literally: stopwords and lone letters dropped,
+    codes such as `QX-4471-B` or `v2.3.1` kept whole, each once, at most MAX_TERMS."""
+    terms: list[str] = []
+    seen: set[str] = set()
+    for match in _TERM.finditer(query):
+        term = match.group(0)
+        folded = term.lower()
+        if folded in STOPWORDS or folded in seen or (len(term) < 2 and not term.isdigit()):
+            continue
+        seen.add(folded)
+        terms.append(term)
+    return terms[:MAX_TERMS]
+
+
+def fuse(rankings: Sequence[tuple[Sequence[int], float]], k: int = RRF_K) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of ranked id lists, each with a weight: (id, fused score), best first
+    (ties keep the order in which ids were first seen)."""
+    scores: dict[int, float] = {}
+    for ids, weight in rankings:
+        for position, item in enumerate(ids):
+            scores[item] = scores.get(item, 0.0) + weight / (k + position + 1)
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+async def embed_queries(svc: "Services", key: KeyRecord, texts: list[str]) -> np.ndarray:
+    """The texts' unit vectors, billed to the key as one embeddings call in workspace `conversations`."""
     deployment = embedding_deployment(svc.catalogue, embedding_model(svc), key)
     started = time.perf_counter()
     try:
-        embedded = await embed_texts(deployment, [query])
+        embedded = await embed_texts(deployment, texts)
     except EmbeddingFailed as exc:
         await svc.writer.record(usage_for(key, deployment.config, WORKSPACE, exc.engine_status, 0, 0,
                                           started=started))
         raise
     await svc.writer.record(usage_for(key, deployment.config, WORKSPACE, 200, embedded.prompt_tokens, 0,
                                       started=started))
-    ranked = rank(matrix, dims, embedded.vectors[0], top_k)
+    return embedded.vectors
+
+
+async def retrieve(svc: "Services", key: KeyRecord, conversation_id: int, queries: Sequence[tuple[str, float]],
+                   top_k: int = DEFAULT_TOP_K) -> list[Passage]:
+    """The `top_k` passages of the conversation's active sources for `queries` ((text, weight): the
+    question itself, and for a follow-up the question folded with the turns before it), best first.
+    No embedding call (and no charge) when the conversation has no active chunk. The caller checks
+    the user may read the conversation. Raises EmbeddingFailed (503) when the embedder is unreachable."""
+    queries = [(text.strip(), weight) for text, weight in queries if text.strip()]
     async with svc.db.connect() as conn:
-        texts = await store.chunk_texts(conn, [ids[row] for row, _ in ranked])
-    hits = []
-    for row, score in ranked:
-        chunk = texts.get(ids[row])
-        if chunk is not None:
-            hits.append({"source_id": int(chunk["source_id"]), "source_name": chunk["source_name"],
-                         "chunk_id": ids[row], "ordinal": int(chunk["ordinal"]), "text": chunk["text"],
-                         "score": round(score, 6)})
-    return hits
+        ids, matrix, dims = await store.active_chunk_vectors(conn, conversation_id)
+    if not ids or not queries or top_k <= 0:
+        return []
+    vectors = await embed_queries(svc, key, [text for text, _ in queries])
+    rankings: list[tuple[Sequence[int], float]] = []
+    relevant: set[int] = set()
+    async with svc.db.connect() as conn:
+        for (text, weight), vector in zip(queries, vectors):
+            close = rank(matrix, dims, vector, CANDIDATES)
+            rankings.append(([ids[row] for row, _ in close], weight))
+            relevant.update(ids[row] for row, cosine in close if cosine >= MIN_COSINE)
+            words = await store.keyword_ranking(conn, conversation_id, query_terms(text), CANDIDATES)
+            rankings.append((words, weight))
+            relevant.update(words)
+        best = [(chunk_id, score) for chunk_id, score in fuse(rankings) if chunk_id in relevant][:top_k]
+        rows = await store.chunk_texts(conn, [chunk_id for chunk_id, _ in best])
+    passages = []
+    for chunk_id, score in best:
+        row = rows.get(chunk_id)
+        if row is not None:  # deleted meanwhile
+            passages.append(Passage(int(row["source_id"]), str(row["source_name"]), chunk_id, int(row["ordinal"]),
+                                    str(row["text"]), row["heading"], row["char_start"], row["char_end"], score))
+    return passages
+
+
+async def search_sources(svc: "Services", key: KeyRecord, conversation_id: int, query: str,
+                         top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
+    """The `search_sources` tool: the best `top_k` passages (at most MAX_TOP_K) for `query`, as
+    dicts (`Passage.hit`), best first."""
+    top_k = max(1, min(int(top_k), MAX_TOP_K))
+    return [passage.hit() for passage in await retrieve(svc, key, conversation_id, [(query, 1.0)], top_k)]
 
 
 def format_hits(hits: list[dict[str, Any]]) -> str:

@@ -1,18 +1,18 @@
 """Sources attached to conversations: rows, conversation links and embedded chunks.
 
 Public for the conversation routes: `sources_for_detail` (the detail's embedded sources) and
-`delete_conversation_sources` (run before conversations are deleted); for the generate stream:
-`active_chunk_vectors` and `chunk_texts` (services/retrieval.py uses them).
+`delete_conversation_sources` (run before conversations are deleted); for retrieval
+(services/retrieval.py): `active_chunk_vectors`, `keyword_ranking` and `chunk_texts`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 import orjson
-from sqlalchemy import and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import and_, delete, exists, func, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.db import utcnow
@@ -90,15 +90,31 @@ async def insert_source(conn: AsyncConnection, *, org_id: int, user_id: int, sou
     return {"id": int(result.inserted_primary_key[0]), **values}
 
 
-async def insert_chunks(conn: AsyncConnection, source_id: int, texts: list[str], vectors: np.ndarray) -> None:
-    """Store the chunks with their vectors as little-endian float32 blobs."""
-    if not texts:
+class ChunkToStore(Protocol):
+    """A chunk as ingestion cuts it (services/ingest/chunk.py `Chunk`)."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def heading(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+
+
+async def insert_chunks(conn: AsyncConnection, source_id: int, chunks: Sequence[ChunkToStore],
+                        vectors: np.ndarray) -> None:
+    """Store the chunks with their vectors as little-endian float32 blobs (the keyword index follows
+    in the same transaction: see migration 0007)."""
+    if not chunks:
         return
     matrix = np.ascontiguousarray(vectors, dtype="<f4")
     dim = int(matrix.shape[1])
     await conn.execute(insert(source_chunks), [
-        {"source_id": source_id, "ordinal": i, "text": text, "embedding": matrix[i].tobytes(), "dim": dim}
-        for i, text in enumerate(texts)])
+        {"source_id": source_id, "ordinal": i, "text": chunk.text, "embedding": matrix[i].tobytes(), "dim": dim,
+         "heading": chunk.heading or None, "char_start": chunk.start, "char_end": chunk.end}
+        for i, chunk in enumerate(chunks)])
 
 
 async def link_source(conn: AsyncConnection, conversation_id: int, source_id: int) -> bool:
@@ -236,11 +252,38 @@ async def active_chunk_vectors(conn: AsyncConnection, conversation_id: int
     return ids, matrix, dims
 
 
+_LIVE_CHUNKS_OF = ("FROM {chunks} JOIN sources s ON s.id = c.source_id "
+                   "JOIN conversation_sources cs ON cs.source_id = s.id AND cs.conversation_id = :conversation_id "
+                   "WHERE s.is_active AND s.deleted_at IS NULL")
+
+
+async def keyword_ranking(conn: AsyncConnection, conversation_id: int, terms: Sequence[str],
+                          limit: int) -> list[int]:
+    """Ids of the chunks of a conversation's active live sources that hold any of `terms` (words, or
+    codes such as `QX-4471-B` matched as a phrase of their parts), best first: BM25 on SQLite FTS5,
+    `ts_rank_cd` on PostgreSQL full-text search. Terms are bound or quoted, never spliced raw."""
+    if not terms or limit <= 0:
+        return []
+    params: dict[str, Any] = {"conversation_id": conversation_id, "limit": limit}
+    if conn.dialect.name == "sqlite":
+        params["match"] = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        live = _LIVE_CHUNKS_OF.format(chunks="source_chunks_fts f JOIN source_chunks c ON c.id = f.rowid")
+        sql = f"SELECT c.id {live} AND source_chunks_fts MATCH :match ORDER BY bm25(source_chunks_fts) LIMIT :limit"
+    else:
+        params.update({f"t{i}": term for i, term in enumerate(terms)})
+        query = " || ".join(f"plainto_tsquery('english', :t{i})" for i in range(len(terms)))
+        live = _LIVE_CHUNKS_OF.format(chunks=f"source_chunks c CROSS JOIN (SELECT {query} AS query) q")
+        sql = f"SELECT c.id {live} AND c.text_search @@ q.query ORDER BY ts_rank_cd(c.text_search, q.query) DESC, " \
+              "c.id LIMIT :limit"
+    return [int(row[0]) for row in await conn.execute(text(sql), params)]
+
+
 async def chunk_texts(conn: AsyncConnection, chunk_ids: list[int]) -> dict[int, Mapping[str, Any]]:
-    """Chunk id -> its text, ordinal and source (id and name)."""
+    """Chunk id -> its text, ordinal, heading, span in the document and source (id and name)."""
     if not chunk_ids:
         return {}
-    query = (select(source_chunks.c.id, source_chunks.c.text, source_chunks.c.ordinal, sources.c.id.label("source_id"),
+    query = (select(source_chunks.c.id, source_chunks.c.text, source_chunks.c.ordinal, source_chunks.c.heading,
+                    source_chunks.c.char_start, source_chunks.c.char_end, sources.c.id.label("source_id"),
                     sources.c.source_name)
              .select_from(source_chunks.join(sources, sources.c.id == source_chunks.c.source_id))
              .where(source_chunks.c.id.in_(chunk_ids)))

@@ -174,6 +174,11 @@ source_chunks = Table(
     Column("text", Text, nullable=False),
     Column("embedding", LargeBinary, nullable=False),  # float32, little-endian, `dim` values
     Column("dim", Integer, nullable=False),
+    # Since 0007: the section heading path and the body's span in the extracted text (citations);
+    # NULL on older chunks. A keyword index follows `text` (FTS5 table or tsvector column, see 0007).
+    Column("heading", Text, nullable=True),
+    Column("char_start", Integer, nullable=True),
+    Column("char_end", Integer, nullable=True),
     Index("ix_source_chunks_source_ordinal", "source_id", "ordinal"),
 )
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from inferd.metering import usage_for
-from inferd.services.ingest.chunk import CHUNK_CHARS, OVERLAP_CHARS, chunk_text
+from inferd.services.ingest import chunk as chunking
+from inferd.services.ingest.chunk import CHUNK_CHARS, OVERLAP_CHARS
 from inferd.services.ingest.embed import EmbeddingFailed, embed_texts, embedding_deployment
 from inferd.services.ingest.extract import MAX_CHARS, check_extension, extract_text
 from inferd.services.ingest.pdf import PDF_TIMEOUT_S
@@ -27,6 +28,19 @@ if TYPE_CHECKING:
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 WORKSPACE = "conversations"
+
+
+def _TEMP_chunks(text: str) -> list[Any]:  # TEMP until chunk_document lands
+    if hasattr(chunking, "chunk_document"):
+        return list(chunking.chunk_document(text))
+
+    @dataclass
+    class _C:
+        text: str
+        heading: str = ""
+        start: int = 0
+        end: int = 0
+    return [_C(t) for t in chunking.chunk_text(text)]
 
 
 @dataclass
@@ -106,10 +120,10 @@ async def vectorize(svc: "Services", key: KeyRecord, requested: int, path: Path,
         extracted = await asyncio.to_thread(extract_text, path, filename, extract_timeout(svc))
     finally:
         path.unlink(missing_ok=True)  # the uploaded bytes are not kept
-    chunks = chunk_text(extracted.text)
+    chunks = _TEMP_chunks(extracted.text)
     started = time.perf_counter()
     try:
-        embedded = await embed_texts(deployment, chunks)
+        embedded = await embed_texts(deployment, [chunk.text for chunk in chunks])
     except EmbeddingFailed as exc:
         await svc.writer.record(usage_for(key, deployment.config, WORKSPACE, exc.engine_status, 0, 0,
                                           started=started))

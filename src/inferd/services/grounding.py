@@ -1,0 +1,251 @@
+"""What a generate turn sends a model when it has retrieved passages, and what it says the answer drew on.
+
+The prompt is written for the smallest model of the catalogue (a 0.5B one follows short, concrete
+rules and reads best what sits right before the question): numbered passages with their file and
+section, then the question, then three rules (answer from the passages, quote the exact value,
+say so when they do not hold it).
+
+Its size is the time to the first token: the built-in model reads about 230 prompt tokens a second
+on two cores, so whole chunks from five passages (over 1,000 tokens) would cost 5 s before a word.
+`condense` keeps, from the retrieved chunks, the sentences and table rows closest to the question
+(by meaning, from one more embedding call over those units, and by shared words) up to
+`[conversations] retrieval_tokens`; a table row always keeps its table's header row. Each kept
+piece keeps its span in the document, so citations point at the sentence, not just the chunk. The
+prompt then stays inside the model's window with room for the answer, by the engine's own token
+count when the cheap bound cannot tell.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from inferd.catalogue import Deployment
+from inferd.engines.base import prompt_upper_bound
+from inferd.services.retrieval import Passage, embed_queries, query_terms
+from inferd.store.keys import KeyRecord
+
+if TYPE_CHECKING:
+    from inferd.app import Services
+
+ANSWER_ROOM = 512  # tokens kept free for the answer
+DEFAULT_RETRIEVAL_TOKENS = 450  # prompt tokens of passages (about 2 s of the built-in model's reading)
+CHARS_PER_TOKEN = 3.6  # a cautious English average for the chat models' BPE vocabularies
+WORD_WEIGHT = 0.25  # how much the share of the question's words in a piece adds to its cosine
+RANK_DECAY = 0.02  # a piece of a lower-ranked passage needs a little more to be chosen
+FOLDED_WEIGHT = 0.5  # a follow-up's folded query counts half as much as the question itself
+FOLD_CHARS = 400  # how much of the previous exchange a follow-up's query folds in
+
+GROUNDED_SYSTEM = ("You answer questions about the user's documents. Passages from the documents come with "
+                   "each question, numbered like [1]. Answer from the passages only.")
+RULES = ("Answer the question from the passages above. Quote the exact value as the passage writes it "
+         "(a name, a code, or a number with its unit). Mention the passage number you used, like [1]. If the "
+         "passages do not contain the answer, say that the documents do not say.")
+_MARKER = re.compile(r"\[(\d{1,2})\]")
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
+_SEPARATOR_ROW = re.compile(r"\|[\s:|-]*\|")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A sentence, line or table row of a passage's body: its span there, and its table's header row."""
+
+    start: int
+    end: int
+    header: int | None = None  # index of the header row's unit when this is a table row
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """What the model reads of one passage: the chosen pieces of its body, and their spans in the document."""
+
+    passage: Passage
+    text: str
+    spans: list[tuple[int, int]] | None  # document offsets of each piece; None for chunks stored before 0007
+
+    def reference(self, index: int) -> dict[str, Any]:
+        """The passage's reference (services/retrieval.py) with the spans of what was quoted."""
+        return {**self.passage.reference(index), "spans": [list(span) for span in self.spans or ()] or None}
+
+
+def body_of(passage: Passage) -> str:
+    """The passage's body: its text without the heading line."""
+    if passage.heading and passage.text.startswith(passage.heading + "\n"):
+        return passage.text[len(passage.heading) + 1:]
+    return passage.text
+
+
+def units_of(body: str) -> list[Unit]:
+    """The body cut into table rows (each knowing its header row), lines and sentences."""
+    units: list[Unit] = []
+    header: int | None = None
+    for line in re.finditer(r"[^\n]+", body):
+        stripped = line.group().strip()
+        if stripped.startswith("|") and stripped.endswith("|") and len(stripped) > 1:
+            if _SEPARATOR_ROW.fullmatch(stripped):
+                continue
+            if header is None:
+                header = len(units)
+                units.append(Unit(line.start(), line.end()))
+            else:
+                units.append(Unit(line.start(), line.end(), header))
+            continue
+        header = None
+        position = line.start()
+        for stop in [*(m.start() for m in _SENTENCE_END.finditer(line.group())), len(line.group())]:
+            piece = body[position:line.start() + stop]
+            if piece.strip():
+                lead = len(piece) - len(piece.lstrip())
+                units.append(Unit(position + lead, line.start() + stop))
+            position = line.start() + stop
+            while position < line.end() and body[position].isspace():
+                position += 1
+    return units
+
+
+def estimate_tokens(text: str) -> int:
+    """A cautious count of a chat model's tokens for `text`."""
+    return int(len(text) / CHARS_PER_TOKEN) + 1
+
+
+def _stem(word: str) -> str:
+    word = word.lower()
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _render(body: str, units: list[Unit], chosen: list[int]) -> tuple[str, list[tuple[int, int]]]:
+    """The chosen units in document order: adjacent ones joined as the body joins them, gaps shown
+    as an ellipsis; and their spans in the body."""
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    previous: int | None = None
+    for index in sorted(chosen):
+        unit = units[index]
+        if previous is not None:
+            between = body[units[previous].end:unit.start]
+            gap = index != previous + 1
+            parts.append(("\n" if "\n" in between else " ") if not gap else ("\n…\n" if "\n" in between else " … "))
+        parts.append(body[unit.start:unit.end].strip())
+        spans.append((unit.start, unit.end))
+        previous = index
+    return "".join(parts), spans
+
+
+async def condense(svc: "Services", key: KeyRecord, question: str, passages: Sequence[Passage],
+                   budget_tokens: int) -> list[Excerpt]:
+    """The pieces of `passages` (best first) most worth the model's reading, within `budget_tokens`:
+    each scored by its cosine with the question plus the share of the question's words it holds,
+    a little less for a lower-ranked passage; chosen best first while they fit (a table row brings
+    its header row, a passage its label). Passages with nothing chosen are left out."""
+    bodies = [body_of(passage) for passage in passages]
+    cut = [units_of(body) for body in bodies]
+    flat = [(p, u) for p, units in enumerate(cut) for u in range(len(units))]
+    if not flat:
+        return []
+    texts = [bodies[p][cut[p][u].start:cut[p][u].end] for p, u in flat]
+    vectors = await embed_queries(svc, key, [question, *texts])
+    cosines = vectors[1:] @ vectors[0] if len(vectors) > 1 else np.zeros(0, np.float32)
+    words = {_stem(term) for term in query_terms(question)}
+
+    def word_share(text: str) -> float:
+        found = {_stem(term) for term in query_terms(text)}
+        return len(words & found) / len(words) if words else 0.0
+
+    scores = [float(cosines[i]) + WORD_WEIGHT * word_share(texts[i]) - RANK_DECAY * flat[i][0]
+              for i in range(len(flat))]
+    chosen: list[set[int]] = [set() for _ in passages]
+    left = budget_tokens
+    for i in sorted(range(len(flat)), key=lambda i: -scores[i]):
+        p, u = flat[i]
+        if u in chosen[p]:
+            continue
+        needed = {u} | ({cut[p][u].header} if cut[p][u].header is not None else set())
+        cost = sum(estimate_tokens(bodies[p][cut[p][n].start:cut[p][n].end]) for n in needed - chosen[p])
+        if not chosen[p]:
+            cost += estimate_tokens(passages[p].source_name + (passages[p].heading or "")) + 8
+        if cost <= left:
+            chosen[p] |= needed
+            left -= cost
+    excerpts = []
+    for p, passage in enumerate(passages):
+        if not chosen[p]:
+            continue
+        text, spans = _render(bodies[p], cut[p], list(chosen[p]))
+        start = passage.char_start
+        # The body is the document's text from char_start on (services/ingest/chunk.py), so a span
+        # in the body is a span in the document.
+        document_spans = [(start + a, start + b) for a, b in spans] if start is not None else None
+        excerpts.append(Excerpt(passage, text, document_spans))
+    return excerpts
+
+
+def passage_block(index: int, excerpt: Excerpt) -> str:
+    """One numbered passage with its file and section."""
+    passage = excerpt.passage
+    where = f"{passage.source_name}, section \"{passage.heading}\"" if passage.heading else passage.source_name
+    return f"[{index}] ({where})\n{excerpt.text}"
+
+
+def grounded_question(question: str, excerpts: Sequence[Excerpt]) -> str:
+    """The user message the model answers: passages, the question, the rules."""
+    blocks = "\n\n".join(passage_block(i + 1, excerpt) for i, excerpt in enumerate(excerpts))
+    return f"Passages from my documents:\n\n{blocks}\n\nQuestion: {question}\n\n{RULES}"
+
+
+def retrieval_queries(history: Sequence[dict[str, Any]], question: str) -> list[tuple[str, float]]:
+    """The question itself and, on a follow-up, the question folded with the exchange before it (so
+    "and for contractors?" still finds what the earlier question was about), with their weights."""
+    queries = [(question, 1.0)]
+    earlier = [row for row in history[:-1] if row["role"] in ("user", "assistant") and not row.get("tool_calls")
+               and (row.get("message") or "").strip()]
+    if earlier:
+        last_user = next((row for row in reversed(earlier) if row["role"] == "user"), None)
+        last_reply = next((row for row in reversed(earlier) if row["role"] == "assistant"), None)
+        folded = " ".join(str(row["message"])[:FOLD_CHARS] for row in (last_user, last_reply) if row is not None)
+        if folded:
+            queries.append((f"{folded} {question}", FOLDED_WEIGHT))
+    return queries
+
+
+async def fit_passages(deployment: Deployment, messages: list[dict[str, Any]], question: str,
+                       passages: list[Excerpt]) -> list[Excerpt]:
+    """The leading passages that fit, with the rest of `messages` (whose last is the question), in
+    the model's window with ANSWER_ROOM to spare; none when even one does not fit."""
+    window = deployment.config.context_length
+    if window is None:
+        return passages
+    kept = list(passages)
+    while kept:
+        payload = {"messages": [*messages[:-1], {"role": "user", "content": grounded_question(question, kept)}]}
+        if prompt_upper_bound(payload) + ANSWER_ROOM <= window:
+            return kept
+        counted = (await deployment.engine.count_tokens(payload)).input_tokens
+        if counted + ANSWER_ROOM <= window:
+            return kept
+        kept.pop()
+    return kept
+
+
+def _mentions(text: str, term: str) -> bool:
+    return re.search(r"(?<![\w])" + re.escape(term) + r"(?![\w])", text, re.IGNORECASE) is not None
+
+
+def cited(answer: str, question: str, excerpts: Sequence[Excerpt]) -> list[int]:
+    """The 1-based numbers of the passages an answer drew on: the ones it names as [n]; failing that,
+    the passages that hold most of the answer's own terms (its names, codes and numbers, not the
+    question's words); none when the answer shares nothing with them."""
+    named = sorted({int(n) for n in _MARKER.findall(answer) if 1 <= int(n) <= len(excerpts)})
+    if named:
+        return named
+    asked = {term.lower() for term in query_terms(question)}
+    terms = [term for term in query_terms(answer) if term.lower() not in asked]
+    if not terms:
+        return []
+    hits = [sum(1 for term in terms if _mentions(excerpt.text, term)) for excerpt in excerpts]
+    best = max(hits, default=0)
+    return [i + 1 for i, count in enumerate(hits) if count == best] if best > 0 else []

@@ -1,0 +1,74 @@
+"""The pure parts of retrieval and of the grounded prompt: query terms, rank fusion, the pieces a
+passage is cut into (a table row knows its header row), rendering with spans, citations."""
+
+from __future__ import annotations
+
+from inferd.services.grounding import Excerpt, Unit, _render, cited, grounded_question, units_of
+from inferd.services.retrieval import Passage, fuse, query_terms
+
+TABLE_BODY = ("Spare parts kept at the depot.\n\n| Part | Code | Price |\n|---|---|---|\n"
+              "| Gasket | GK-12 | 4.50 EUR |\n| Valve | VL-7 | 19 EUR |\n\nOrder more on Mondays. Pay on delivery.")
+
+
+def passage(text: str, name: str = "parts.md", start: int | None = 100) -> Passage:
+    return Passage(1, name, 7, 0, text, None, start, None if start is None else start + len(text), 0.03)
+
+
+def test_query_terms_keep_codes_whole_and_drop_stopwords() -> None:
+    assert query_terms("What is the price of the gasket GK-12, and of v2.3.1?") == ["price", "gasket", "GK-12",
+                                                                                 "v2.3.1"]
+    assert query_terms("Is it in the the THE box 7?") == ["box", "7"]
+    assert query_terms("") == [] and query_terms("? ! ...") == []
+    assert len(query_terms(" ".join(f"word{i}" for i in range(100)))) == 24
+
+
+def test_fuse_prefers_what_both_rankings_agree_on() -> None:
+    fused = fuse([([1, 2, 3], 1.0), ([3, 4, 1], 1.0)])
+    assert [item for item, _ in fused][:2] == [1, 3]  # in both lists beats first in one
+    assert {item for item, _ in fused} == {1, 2, 3, 4}
+    weighted = fuse([([5], 1.0), ([6], 0.5)])
+    assert [item for item, _ in weighted] == [5, 6] and weighted[0][1] == 2 * weighted[1][1]
+    assert fuse([]) == []
+
+
+def test_units_cut_sentences_and_rows_and_rows_know_their_header() -> None:
+    units = units_of(TABLE_BODY)
+    texts = [TABLE_BODY[u.start:u.end] for u in units]
+    assert texts == ["Spare parts kept at the depot.", "| Part | Code | Price |", "| Gasket | GK-12 | 4.50 EUR |",
+                     "| Valve | VL-7 | 19 EUR |", "Order more on Mondays.", "Pay on delivery."]
+    assert units[2].header == 1 and units[3].header == 1 and units[1].header is None and units[4].header is None
+    # Decimal points and codes are no sentence ends.
+    prose = "It costs 4.5 EUR. See v2.3 notes."
+    assert [prose[u.start:u.end] for u in units_of(prose)] == ["It costs 4.5 EUR.", "See v2.3 notes."]
+
+
+def test_render_joins_neighbours_and_marks_gaps_with_spans() -> None:
+    units = units_of(TABLE_BODY)
+    text, spans = _render(TABLE_BODY, units, [2, 1, 5])
+    assert text == "| Part | Code | Price |\n| Gasket | GK-12 | 4.50 EUR |\n…\nPay on delivery."
+    assert [TABLE_BODY[a:b] for a, b in spans] == ["| Part | Code | Price |", "| Gasket | GK-12 | 4.50 EUR |",
+                                                   "Pay on delivery."]
+    assert _render("One. Two. Three.", units_of("One. Two. Three."), [0, 2])[0] == "One. … Three."
+    assert Unit(0, 1).header is None
+
+
+def test_the_prompt_numbers_passages_before_the_question() -> None:
+    first = Excerpt(passage("The gasket costs 4.50 EUR."), "The gasket costs 4.50 EUR.", [(100, 126)])
+    second = Excerpt(Passage(2, "notes.txt", 9, 3, "Other.", "Depot > Parts", 5, 11, 0.01), "Other.", [(5, 11)])
+    prompt = grounded_question("How much is the gasket?", [first, second])
+    assert prompt.index("[1] (parts.md)\nThe gasket costs 4.50 EUR.") < prompt.index(
+        '[2] (notes.txt, section "Depot > Parts")\nOther.') < prompt.index("Question: How much is the gasket?")
+    assert "exact value" in prompt and "do not say" in prompt
+    assert second.reference(2)["spans"] == [[5, 11]] and second.reference(2)["heading"] == "Depot > Parts"
+    assert Excerpt(passage("x", start=None), "x", None).reference(1)["spans"] is None
+
+
+def test_citations_by_marker_then_by_the_answer_own_words() -> None:
+    gasket = Excerpt(passage("| Gasket | GK-12 | 4.50 EUR |"), "| Gasket | GK-12 | 4.50 EUR |", None)
+    valve = Excerpt(passage("| Valve | VL-7 | 19 EUR |"), "| Valve | VL-7 | 19 EUR |", None)
+    question = "What does the gasket cost?"
+    assert cited("It costs 19 EUR [2].", question, [gasket, valve]) == [2]
+    assert cited("See [9] and [1].", question, [gasket, valve]) == [1]  # numbers past the passages ignored
+    assert cited("The gasket GK-12 costs 4.50 EUR.", question, [gasket, valve]) == [1]
+    assert cited("The gasket is cheap.", question, [gasket, valve]) == []  # only the question's words
+    assert cited("Nothing here.", question, []) == []
