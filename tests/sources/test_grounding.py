@@ -72,3 +72,17 @@ def test_citations_by_marker_then_by_the_answer_own_words() -> None:
     assert cited("The gasket GK-12 costs 4.50 EUR.", question, [gasket, valve]) == [1]
     assert cited("The gasket is cheap.", question, [gasket, valve]) == []  # only the question's words
     assert cited("Nothing here.", question, []) == []
+
+
+def test_spans_skip_a_continued_table_header_that_lies_elsewhere() -> None:
+    from inferd.services.grounding import document_spans
+
+    document = "| Part | Code |\n| Gasket | GK-12 |\n| Valve | VL-7 |"
+    body = "| Part | Code |\n| Valve | VL-7 |"  # a later chunk of the table repeats the header row
+    start = document.index("| Valve")
+    continued = Passage(1, "t.md", 2, 1, body, None, start, len(document), 0.1)
+    spans = document_spans(continued, body, [(0, 15), (16, len(body))])
+    assert spans is not None and [document[a:b] for a, b in spans] == ["| Valve | VL-7 |"]
+    first = Passage(1, "t.md", 1, 0, document, None, 0, len(document), 0.1)
+    assert document_spans(first, document, [(0, 15)]) == [(0, 15)]
+    assert document_spans(passage("x", start=None), "x", [(0, 1)]) is None

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any, Iterator
 
 import httpx
+import orjson
 import numpy as np
 import pytest
 
@@ -131,3 +132,69 @@ def test_each_chunk_keeps_its_own_vector(sources_server: Server, alice: User, se
                  "penguin": "birds on the Antarctic ice"}[word]
         best = searcher.search(alice, created["conversation_id"], query, top_k=1)[0]
         assert word in best["text"].lower(), (word, best["text"][:80])
+
+
+LOCKER_ITEMS = ["spare fuses", "coils of rope", "welding masks", "paint thinner", "brass hinges", "signal flares",
+                "tyre levers", "first aid kits", "cable ties", "torch batteries", "safety boots", "gas canisters"]
+LOCKER_CODES = ["QX-4471-B", "QX-4417-B", "QX-4471-D", "QZ-4471-B", "QX-7441-B", "OX-4471-B", "QX-4471-8",
+                "QK-4471-B", "QX-1447-B", "QX-4471-E", "XQ-4471-B", "QX-4771-B"]
+LOCKERS = "# Depot lockers\n\n" + "\n\n".join(
+    f"## Row {n + 1}\n\nLocker {code} on row {n + 1} holds the {item}. The warden checks this locker every "
+    f"morning and writes what she finds in the blue log book kept by the depot door, next to the key cabinet."
+    for n, (code, item) in enumerate(zip(LOCKER_CODES, LOCKER_ITEMS)))
+
+
+def test_keyword_search_finds_an_exact_code_that_vectors_miss(sources_server: Server, alice: User,
+                                                              searcher: Searcher) -> None:
+    from inferd.services.retrieval import embed_queries, rank
+    from inferd.store.sources import active_chunk_vectors
+
+    created = upload(alice, "lockers.md", LOCKERS.encode()).json()
+    cid = created["conversation_id"]
+    assert created["total"]["chunks"] == len(LOCKER_CODES)  # one section, one chunk
+    question = "What is kept in locker QX-4471-B?"
+
+    async def vector_only() -> list[int]:
+        key = await searcher.services.keys.lookup(alice.key.split(":")[0])
+        assert key is not None
+        async with searcher.services.db.connect() as conn:
+            ids, matrix, dims = await active_chunk_vectors(conn, cid)
+        [vector] = await embed_queries(searcher.services, key, [question])
+        return [ids[row] for row, _ in rank(matrix, dims, vector, 3)]
+
+    hits = searcher.search(alice, cid, question, top_k=3)
+    assert "QX-4471-B" in hits[0]["text"] and "spare fuses" in hits[0]["text"]
+    # The embedder alone ranks a near-identical locker first: the exact code is what words add.
+    by_vector = searcher.loop.run_until_complete(vector_only())
+    assert by_vector[0] != hits[0]["chunk_id"]
+
+
+PARTS_HEADER = "| Part | Code | Shelf | Price |"
+PARTS = [("Gasket", "GK-12", "A3", "4.50 EUR"), ("Valve", "VL-7", "B1", "19.00 EUR"),
+         ("Brass hinge", "BH-40", "C2", "7.25 EUR"), ("Spring", "SP-3", "A1", "0.80 EUR")] + [
+    (f"Bolt M{n}", f"BM-{n}", f"D{n % 4 + 1}", f"{n * 0.35:.2f} EUR") for n in range(4, 40)]
+PARTS_DOCUMENT = "# Spare parts\n\nEvery part the depot keeps, with its shelf and unit price.\n\n" + "\n".join(
+    [PARTS_HEADER, "|---|---|---|---|", *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in PARTS)]) + \
+    "\n\nPrices include tax. Order more on Mondays."
+
+
+def test_a_table_value_keeps_its_column_names(sources_server: Server, alice: User, searcher: Searcher) -> None:
+    created = upload(alice, "parts.md", PARTS_DOCUMENT.encode()).json()
+    cid = created["conversation_id"]
+    assert created["total"]["chunks"] >= 3  # the table spans several chunks
+    hits = searcher.search(alice, cid, "What is the price of the brass hinge?", top_k=1)
+    assert "| Brass hinge | BH-40 | C2 | 7.25 EUR |" in hits[0]["text"] and PARTS_HEADER in hits[0]["text"]
+    late = searcher.search(alice, cid, "Which shelf holds bolt BM-37?", top_k=1)[0]["text"]
+    assert "| Bolt M37 | BM-37 | D2 | 12.95 EUR |" in late and late.index(PARTS_HEADER) < late.index("BM-37")
+    # What a generate turn gives the model: the row with the header row, spans pointing at the row.
+    question = httpx.post(f"{sources_server.v1}/conversations/{cid}/messages", headers=alice.headers,
+                          json={"message": "Which shelf holds bolt BM-37?"}, timeout=30).json()["message"]
+    response = httpx.post(f"{sources_server.v1}/conversations/{cid}/generate", params={"model": "mock-chat"},
+                          headers=alice.headers, json={"message_id": question["id"]}, timeout=60)
+    frames = [orjson.loads(block[6:]) for block in response.text.split("\n\n")
+              if block.startswith("data: {")]
+    [retrieved] = [f for f in frames if f.get("type") == "retrieval"]
+    best = retrieved["passages"][0]
+    assert PARTS_HEADER in best["text"] and "| Bolt M37 | BM-37 | D2 | 12.95 EUR |" in best["text"]
+    assert best["text"].index(PARTS_HEADER) < best["text"].index("BM-37")
+    assert any(PARTS_DOCUMENT[a:b] == "| Bolt M37 | BM-37 | D2 | 12.95 EUR |" for a, b in best["spans"])

@@ -176,12 +176,20 @@ async def condense(svc: "Services", key: KeyRecord, question: str, passages: Seq
         if not chosen[p]:
             continue
         text, spans = _render(bodies[p], cut[p], list(chosen[p]))
-        start = passage.char_start
-        # The body is the document's text from char_start on (services/ingest/chunk.py), so a span
-        # in the body is a span in the document.
-        document_spans = [(start + a, start + b) for a, b in spans] if start is not None else None
-        excerpts.append(Excerpt(passage, text, document_spans))
+        excerpts.append(Excerpt(passage, text, document_spans(passage, bodies[p], spans)))
     return excerpts
+
+
+def document_spans(passage: Passage, body: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
+    """Spans in the body as spans in the document. The body ends with `document[char_start:char_end]`
+    (services/ingest/chunk.py); what comes before that (a continued table's repeated header row)
+    lies elsewhere in the document and has no span here. None for chunks stored before 0007."""
+    if passage.char_start is None or passage.char_end is None:
+        return None
+    lead = len(body) - (passage.char_end - passage.char_start)
+    if lead < 0:
+        return None
+    return [(passage.char_start + a - lead, passage.char_start + b - lead) for a, b in spans if a >= lead]
 
 
 def passage_block(index: int, excerpt: Excerpt) -> str:
