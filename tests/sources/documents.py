@@ -137,3 +137,62 @@ def crowded_zip(members: int) -> bytes:
         for i in range(members):
             archive.writestr(f"x/{i}.txt", "x")
     return out.getvalue()
+
+
+def docx_with_structure(title: str, sections: list[tuple[str, list[str]]], table: list[list[str]],
+                        table_after: int = 0) -> bytes:
+    """A Word document written with python-docx: a Title, then for each section a Heading 1 and
+    its paragraphs; `table` (first row the header) follows section `table_after`, each of its
+    cells holding one paragraph per line of the cell's text."""
+    import docx
+
+    document = docx.Document()
+    document.add_heading(title, level=0)
+    for number, (heading, paragraphs) in enumerate(sections):
+        document.add_heading(heading, level=1)
+        for paragraph in paragraphs:
+            document.add_paragraph(paragraph)
+        if number == table_after:
+            grid = document.add_table(rows=len(table), cols=len(table[0]))
+            for cells, row in zip(table, grid.rows):
+                for text, cell in zip(cells, row.cells):
+                    lines = text.split("\n")
+                    cell.text = lines[0]
+                    for line in lines[1:]:
+                        cell.add_paragraph(line)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def odt_with_structure(heading: str, subheading: str, paragraph: str, table: list[list[str]],
+                       items: list[str]) -> bytes:
+    """An OpenDocument text written with odfpy: a level-1 and a level-2 heading, a paragraph, a
+    table (first row the header) and a bulleted list."""
+    from odf.opendocument import OpenDocumentText
+    from odf.table import Table, TableCell, TableColumn, TableRow
+    from odf.text import H, List, ListItem, P
+
+    document = OpenDocumentText()
+    document.text.addElement(H(outlinelevel=1, text=heading))
+    document.text.addElement(H(outlinelevel=2, text=subheading))
+    document.text.addElement(P(text=paragraph))
+    grid = Table(name="Rates")
+    grid.addElement(TableColumn(numbercolumnsrepeated=len(table[0])))
+    for cells in table:
+        row = TableRow()
+        for text in cells:
+            cell = TableCell()
+            cell.addElement(P(text=text))
+            row.addElement(cell)
+        grid.addElement(row)
+    document.text.addElement(grid)
+    bullets = List()
+    for item in items:
+        entry = ListItem()
+        entry.addElement(P(text=item))
+        bullets.addElement(entry)
+    document.text.addElement(bullets)
+    out = io.BytesIO()
+    document.write(out)
+    return out.getvalue()

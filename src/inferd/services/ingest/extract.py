@@ -1,6 +1,10 @@
 """Text out of an uploaded file, by extension. Runs on a worker thread (it is CPU work); PDFs are
 read in a child process with a time limit (pdf.py).
 
+Structure is kept as light Markdown, so that the chunker (chunk.py) can follow it: headings become
+`#` lines, table rows `| a | b |` lines (also the column-aligned tables of plain-text files), HTML
+list items `- ` lines.
+
 Every reader stops once it holds more than MAX_CHARS characters, so a large file costs no more
 than its first million characters. OOXML and ODF files are zip archives: they are opened only
 after their directory passes the limits below, and members are read with bounded reads, so a zip
@@ -12,7 +16,7 @@ from __future__ import annotations
 import codecs
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Callable
@@ -96,39 +100,205 @@ def _plain_text(path: Path) -> str:
     return decode_text(data, cut)
 
 
+def pipe_rows(rows: list[list[str]]) -> str:
+    """Table rows as `| a | b |` lines (cells flattened to one line, no pipes inside); a table of
+    one column is layout, not data, and comes out as paragraphs."""
+    cleaned = [[" ".join(cell.replace("|", " ").split()) for cell in row] for row in rows]
+    cleaned = [row for row in cleaned if any(row)]  # spacer rows say nothing
+    if all(len(row) <= 1 for row in cleaned):
+        return "\n\n".join(row[0] for row in cleaned if row)
+    return "\n".join("| " + " | ".join(row) + " |" for row in cleaned)
+
+
+# A cell of a column-aligned plain-text table: text between tabs or runs of two or more spaces.
+_ALIGNED_CELL = re.compile(r"[^\t ]+(?: [^\t ]+)*")
+_RULE_CELL = re.compile(r"[-=+:]+")
+
+
+def _aligned(above: list[re.Match[str]], below: list[re.Match[str]], tabs: bool) -> bool:
+    """Whether two lines' cells are one table's rows: as many cells, and (unless tabs separate
+    them) every column after the first starting or ending at the same place in both lines, which
+    prose with a double space after a full stop does not do."""
+    if len(above) != len(below):
+        return False
+    return tabs or all(a.start() == b.start() or a.end() == b.end() for a, b in zip(above[1:], below[1:]))
+
+
+def aligned_tables(text: str) -> str:
+    """Plain text with its column-aligned tables (two or more consecutive lines of the same two or
+    more columns, cut at tabs or runs of 2+ spaces) as pipe rows; rule lines (`----  ---`) become
+    Markdown separator rows. Runs before normalise() collapses the spaces that align them."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    # Only a line with a tab or an inner double space can have two cells (most lines have neither).
+    cells = [list(_ALIGNED_CELL.finditer(line)) if "\t" in line or "  " in line.strip() else []
+             for line in lines]
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        run_end = index + 1
+        if len(cells[index]) >= 2:
+            while run_end < len(lines) and _aligned(cells[run_end - 1], cells[run_end],
+                                                    "\t" in lines[run_end - 1] or "\t" in lines[run_end]):
+                run_end += 1
+        if run_end - index < 2:
+            out.append(lines[index])
+            index += 1
+            continue
+        rows = []
+        for matches in cells[index:run_end]:
+            row = [match.group() for match in matches]
+            rows.append(["---"] * len(row) if all(_RULE_CELL.fullmatch(cell) for cell in row) else row)
+        out.extend(("", pipe_rows(rows), ""))
+        index = run_end
+    return "\n".join(out)
+
+
+def _plain_text_tables(path: Path) -> str:
+    return aligned_tables(_plain_text(path))
+
+
+@dataclass
+class _HtmlTable:
+    """A table being read: its finished rows, and the row and cell open now."""
+
+    rows: list[list[str]] = field(default_factory=list)
+    row: list[str] | None = None
+    cell: list[str] | None = None
+
+    def close_cell(self) -> None:
+        if self.cell is not None:
+            if self.row is None:
+                self.row = []
+            self.row.append("".join(self.cell))
+            self.cell = None
+
+    def close_row(self) -> None:
+        self.close_cell()
+        if self.row is not None:
+            self.rows.append(self.row)
+            self.row = None
+
+
 class _HtmlText(HTMLParser):
-    """Visible text of an HTML page: script, style and similar elements dropped, blocks on new lines."""
+    """Visible text of an HTML page as light Markdown: blocks on new lines, `#` headings, `- ` list
+    items, tables as pipe rows; script, style and similar elements dropped."""
 
     _SKIP = frozenset({"script", "style", "noscript", "template", "svg"})
-    _BLOCKS = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
-                         "header", "footer", "pre", "blockquote", "table", "ul", "ol", "title", "hr"})
+    _BLOCKS = frozenset({"p", "div", "br", "li", "tr", "section", "article", "header", "footer", "pre",
+                         "blockquote", "table", "ul", "ol", "title", "hr", "dl", "dt", "dd"})
+    _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self.size = 0
         self._skipping: list[str] = []
+        self._tables: list[_HtmlTable] = []  # open tables, innermost last
+        self._heading: tuple[int, list[str]] | None = None  # the open heading's level and text
+        self._bullet = False  # a list item began: its "- " goes before its first text
+
+    def _cell(self) -> list[str] | None:
+        return self._tables[-1].cell if self._tables else None
+
+    def _break(self) -> None:
+        """A block boundary: a new line, or a space inside a table cell or a heading."""
+        cell = self._cell()
+        if cell is not None:
+            cell.append(" ")
+        elif self._heading is not None:
+            self._heading[1].append(" ")
+        else:
+            self.parts.append("\n")
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in self._SKIP:
             self._skipping.append(tag)
-        elif tag in self._BLOCKS:
+        elif self._skipping:
+            return
+        elif tag == "table":
+            self._tables.append(_HtmlTable())
+        elif tag == "tr" and self._tables:
+            self._tables[-1].close_row()
+            self._tables[-1].row = []
+        elif tag in ("td", "th") and self._tables:
+            self._tables[-1].close_cell()
+            self._tables[-1].cell = []
+        elif tag in self._HEADINGS and self._cell() is None and self._heading is None:
+            self._heading = (self._HEADINGS[tag], [])
+        elif tag == "li" and self._cell() is None:
             self.parts.append("\n")
+            self._bullet = True
+        elif tag == "pre" and self._cell() is None and self._heading is None:
+            self.parts.append("\n\n```\n")  # fenced, so that a `# comment` in it is not read as a heading
+        elif tag in self._BLOCKS:
+            self._break()
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self._BLOCKS:
-            self.parts.append("\n")
+        if tag in self._BLOCKS and not self._skipping:
+            self._break()
 
     def handle_endtag(self, tag: str) -> None:
-        if self._skipping and self._skipping[-1] == tag:
-            self._skipping.pop()
-        elif tag in self._BLOCKS:
+        if self._skipping:
+            if self._skipping[-1] == tag:
+                self._skipping.pop()
+        elif tag in ("td", "th") and self._tables:
+            self._tables[-1].close_cell()
+        elif tag == "tr" and self._tables:
+            self._tables[-1].close_row()
+        elif tag == "table" and self._tables:
+            self._close_table()
+        elif tag in self._HEADINGS and self._heading is not None and self._cell() is None:
+            self._close_heading()
+        elif tag == "li" and self._cell() is None:
             self.parts.append("\n")
+            self._bullet = False
+        elif tag == "pre" and self._cell() is None and self._heading is None:
+            self.parts.append("\n```\n\n")
+        elif tag in self._BLOCKS:
+            self._break()
 
     def handle_data(self, data: str) -> None:
-        if not self._skipping:
+        if self._skipping:
+            return
+        self.size += len(data)
+        cell = self._cell()
+        if cell is not None:
+            cell.append(data)
+        elif self._heading is not None:
+            self._heading[1].append(data)
+        elif self._bullet and data.strip():
+            self.parts.append("- " + data.lstrip())
+            self._bullet = False
+        else:
             self.parts.append(data)
-            self.size += len(data)
+
+    def _close_heading(self) -> None:
+        assert self._heading is not None
+        level, pieces = self._heading
+        self._heading = None
+        title = " ".join("".join(pieces).split())
+        if title:
+            self.parts.append(f"\n\n{'#' * level} {title}\n\n")
+
+    def _close_table(self) -> None:
+        table = self._tables.pop()
+        table.close_row()
+        rendered = pipe_rows(table.rows)
+        outer = self._cell()
+        if outer is not None:  # a table inside a cell is flattened into it
+            outer.append(" " + " ".join(rendered.split()) + " ")
+        elif self._heading is not None:
+            self._heading[1].append(" " + rendered.replace("\n", " ") + " ")
+        elif rendered:
+            self.parts.append("\n\n" + rendered + "\n\n")
+
+    def finish(self) -> str:
+        """The page's text, with what a cut left open (tables, a heading) closed."""
+        while self._tables:
+            self._close_table()
+        if self._heading is not None:
+            self._close_heading()
+        return "".join(self.parts)
 
 
 def _html_text(path: Path) -> str:
@@ -140,7 +310,7 @@ def _html_text(path: Path) -> str:
         if parser.size > MAX_CHARS:
             break
     parser.close()
-    return "".join(parser.parts)
+    return parser.finish()
 
 
 def _rtf_text(path: Path) -> str:
@@ -202,23 +372,82 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
+def _ooxml_paragraph_text(paragraph: ElementTree.Element, text_tag: str) -> str:
+    """A WordprocessingML or DrawingML paragraph's runs: text, tabs and breaks."""
+    pieces = []
+    for node in paragraph.iter():
+        name = _local(node.tag)
+        if name == text_tag and node.text:
+            pieces.append(node.text)
+        elif name == "tab":
+            pieces.append("\t")
+        elif name in ("br", "cr"):
+            pieces.append("\n")
+    return "".join(pieces)
+
+
 def _ooxml_paragraphs(root: ElementTree.Element, text_tag: str) -> list[str]:
-    """Paragraphs (`p`) of a WordprocessingML or DrawingML part: runs' text, tabs and breaks."""
-    paragraphs = []
-    for element in root.iter():
-        if _local(element.tag) != "p":
+    """Paragraphs (`p`) of a WordprocessingML or DrawingML part, in document order."""
+    return [_ooxml_paragraph_text(element, text_tag) for element in root.iter() if _local(element.tag) == "p"]
+
+
+def _child(element: ElementTree.Element, name: str) -> ElementTree.Element | None:
+    return next((child for child in element if _local(child.tag) == name), None)
+
+
+def _attribute(element: ElementTree.Element | None, name: str) -> str:
+    """An attribute by local name (WordprocessingML puts them in its own namespace)."""
+    if element is None:
+        return ""
+    return next((value for key, value in element.attrib.items() if _local(key) == name), "")
+
+
+_HEADING_STYLE = re.compile(r"heading\s*([1-9])", re.IGNORECASE)
+
+
+def _docx_paragraph(paragraph: ElementTree.Element) -> str:
+    """A body paragraph; a heading (style Title or Heading N, or an outline level) as a `#` line,
+    a numbered or bulleted paragraph as a `- ` line."""
+    text = _ooxml_paragraph_text(paragraph, "t")
+    properties = _child(paragraph, "pPr")
+    if properties is None:
+        return text
+    style = _attribute(_child(properties, "pStyle"), "val")
+    outline = _attribute(_child(properties, "outlineLvl"), "val")
+    level = 0
+    if style.lower() == "title":
+        level = 1
+    elif match := _HEADING_STYLE.fullmatch(style):
+        level = int(match.group(1))
+    elif outline.isdigit() and int(outline) < 9:  # level 9 is body text
+        level = int(outline) + 1
+    if level and text.strip():
+        return "#" * min(level, 6) + " " + " ".join(text.split())
+    if _child(properties, "numPr") is not None and text.strip():
+        return "- " + text.strip()
+    return text
+
+
+def _docx_table(table: ElementTree.Element) -> str:
+    rows = []
+    for row in table:
+        if _local(row.tag) != "tr":
             continue
-        pieces = []
-        for node in element.iter():
-            name = _local(node.tag)
-            if name == text_tag and node.text:
-                pieces.append(node.text)
-            elif name == "tab":
-                pieces.append("\t")
-            elif name in ("br", "cr"):
-                pieces.append("\n")
-        paragraphs.append("".join(pieces))
-    return paragraphs
+        rows.append([" ".join(_ooxml_paragraph_text(p, "t") for p in cell.iter() if _local(p.tag) == "p")
+                     for cell in row if _local(cell.tag) == "tc"])
+    return pipe_rows(rows)
+
+
+def _docx_blocks(container: ElementTree.Element, out: list[str]) -> None:
+    """Paragraphs and tables of the body in document order (content controls opened)."""
+    for child in container:
+        name = _local(child.tag)
+        if name == "p":
+            out.append(_docx_paragraph(child))
+        elif name == "tbl":
+            out.append(_docx_table(child))
+        elif name in ("sdt", "sdtContent", "customXml", "ins", "smartTag"):
+            _docx_blocks(child, out)
 
 
 def _docx_text(path: Path) -> str:
@@ -226,7 +455,10 @@ def _docx_text(path: Path) -> str:
         root = _member_xml(archive, "word/document.xml")
         if root is None:
             raise UnreadableFile("no word/document.xml in the archive")
-        return "\n".join(_ooxml_paragraphs(root, "t"))
+        body = _child(root, "body")
+        blocks: list[str] = []
+        _docx_blocks(body if body is not None else root, blocks)
+        return "\n\n".join(blocks)
 
 
 def _pptx_text(path: Path) -> str:
@@ -262,12 +494,43 @@ def _odf_inline(element: ElementTree.Element) -> str:
     return "".join(pieces)
 
 
-def _odf_paragraphs(element: ElementTree.Element, out: list[str]) -> None:
+_ODF_TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+
+
+def _odf_rows(element: ElementTree.Element, rows: list[list[str]]) -> None:
     for child in element:
-        if _local(child.tag) in ("p", "h"):
+        name = _local(child.tag)
+        if name == "table-row":
+            rows.append([" ".join(_odf_inline(p) for p in cell.iter() if _local(p.tag) in ("p", "h"))
+                         for cell in child if _local(cell.tag) in ("table-cell", "covered-table-cell")])
+        elif name in ("table-header-rows", "table-rows", "table-row-group"):
+            _odf_rows(child, rows)
+
+
+def _odf_blocks(element: ElementTree.Element, out: list[str]) -> None:
+    """Paragraphs, `#` headings (by outline level), `- ` list items and pipe-row tables, in order."""
+    for child in element:
+        name = _local(child.tag)
+        if name == "h":
+            text = " ".join(_odf_inline(child).split())
+            level = child.get(_ODF_TEXT + "outline-level", "1")
+            out.append("#" * min(int(level) if level.isdigit() and level != "0" else 1, 6) + " " + text
+                       if text else "")
+        elif name == "p":
             out.append(_odf_inline(child))
+        elif name == "table":
+            rows: list[list[str]] = []
+            _odf_rows(child, rows)
+            out.append(pipe_rows(rows))
+        elif name == "list-item":
+            item: list[str] = []
+            _odf_blocks(child, item)
+            first = next((i for i, text in enumerate(item) if text.strip()), None)
+            if first is not None and not item[first].startswith("- "):
+                item[first] = "- " + item[first].strip()
+            out.extend(item)
         else:
-            _odf_paragraphs(child, out)
+            _odf_blocks(child, out)
 
 
 def _odf_text(path: Path) -> str:
@@ -275,13 +538,14 @@ def _odf_text(path: Path) -> str:
         root = _member_xml(archive, "content.xml")
         if root is None:
             raise UnreadableFile("no content.xml in the archive")
-        paragraphs: list[str] = []
-        _odf_paragraphs(root, paragraphs)
-        return "\n".join(paragraphs)
+        blocks: list[str] = []
+        _odf_blocks(root, blocks)
+        return "\n\n".join(blocks)
 
 
 _READERS: dict[str, Callable[[Path], str]] = {
     **{ext: _plain_text for ext in TEXT_EXTENSIONS},
+    "txt": _plain_text_tables, "dat": _plain_text_tables,
     **{ext: _html_text for ext in HTML_EXTENSIONS},
     "rtf": _rtf_text, "docx": _docx_text, "pptx": _pptx_text, "odt": _odf_text, "odp": _odf_text,
 }
