@@ -1,10 +1,10 @@
 """File ingestion: a 1,000,000-character document vectorized through `inferd serve` with the built-in
-catalogue (all-MiniLM-L6-v2 on onnxruntime), timed from the first byte of the upload to the 201.
+catalogue (all-MiniLM-L6-v2), timed from the first byte of the upload to the 201.
 
     .venv/bin/python bench/ingest.py [--chars 1000000] [--format txt|docx] [--rounds 1] [--direct]
 
 The document is English-like prose made here from a fixed vocabulary (seeded, so every run embeds
-the same text). The server extracts, chunks (900 characters, 120 overlap), embeds in batches of 8
+the same text). The server extracts, chunks along its structure (about 200 word pieces each), embeds in batches of 8
 and stores every vector before it answers. `--direct` also times the encoder alone on the same
 chunks, in one process, to show what the server adds. Target (issue 6): under 60 s.
 """

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from inferd.metering import usage_for
-from inferd.services.ingest import chunk as chunking
-from inferd.services.ingest.chunk import CHUNK_CHARS, OVERLAP_CHARS
+from inferd.services.ingest.chunk import CHUNK_CHARS, CHUNK_TOKENS, OVERLAP_CHARS, OVERLAP_TOKENS, chunk_document
 from inferd.services.ingest.embed import EmbeddingFailed, embed_texts, embedding_deployment
 from inferd.services.ingest.extract import MAX_CHARS, check_extension, extract_text
 from inferd.services.ingest.pdf import PDF_TIMEOUT_S
@@ -28,19 +27,6 @@ if TYPE_CHECKING:
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 WORKSPACE = "conversations"
-
-
-def _TEMP_chunks(text: str) -> list[Any]:  # TEMP until chunk_document lands
-    if hasattr(chunking, "chunk_document"):
-        return list(chunking.chunk_document(text))
-
-    @dataclass
-    class _C:
-        text: str
-        heading: str = ""
-        start: int = 0
-        end: int = 0
-    return [_C(t) for t in chunking.chunk_text(text)]
 
 
 @dataclass
@@ -120,7 +106,7 @@ async def vectorize(svc: "Services", key: KeyRecord, requested: int, path: Path,
         extracted = await asyncio.to_thread(extract_text, path, filename, extract_timeout(svc))
     finally:
         path.unlink(missing_ok=True)  # the uploaded bytes are not kept
-    chunks = _TEMP_chunks(extracted.text)
+    chunks = chunk_document(extracted.text)
     started = time.perf_counter()
     try:
         embedded = await embed_texts(deployment, [chunk.text for chunk in chunks])
@@ -132,7 +118,8 @@ async def vectorize(svc: "Services", key: KeyRecord, requested: int, path: Path,
                                       started=started))
     dimensions = int(embedded.vectors.shape[1])
     config = {"file_name": filename, "sha256": digest, "size_bytes": size, "embedding_model": deployment.id,
-              "dimensions": dimensions, "chunk_chars": CHUNK_CHARS, "chunk_overlap": OVERLAP_CHARS}
+              "dimensions": dimensions, "chunk_chars": CHUNK_CHARS, "chunk_overlap": OVERLAP_CHARS,
+              "chunk_tokens": CHUNK_TOKENS, "chunk_overlap_tokens": OVERLAP_TOKENS}
     metadata = {"file_name": filename, "extension": extension, "size_bytes": size,
                 "characters": len(extracted.text), "truncated": extracted.truncated, "max_characters": MAX_CHARS,
                 "chunks": len(chunks), "embedding_model": deployment.id, "prompt_tokens": embedded.prompt_tokens}
