@@ -41,9 +41,11 @@ FOLD_CHARS = 400  # how much of the previous exchange a follow-up's query folds 
 
 GROUNDED_SYSTEM = ("You answer questions about the user's documents. Passages from the documents come with "
                    "each question, numbered like [1]. Answer from the passages only.")
-RULES = ("Answer the question from the passages above. Quote the exact value as the passage writes it "
-         "(a name, a code, or a number with its unit). Mention the passage number you used, like [1]. If the "
-         "passages do not contain the answer, say that the documents do not say.")
+# No request to cite [n]: the 0.5B model then often answers with the number alone. Citations are
+# found from the answer's own words instead (`cited`).
+RULES = ("Answer the question in one sentence, from the passages above. Quote the exact value as the passage "
+         "writes it (a name, a code, or a number with its unit). If the passages do not contain the answer, say "
+         "that the documents do not say.")
 _MARKER = re.compile(r"\[(\d{1,2})\]")
 
 
