@@ -86,3 +86,19 @@ def test_spans_skip_a_continued_table_header_that_lies_elsewhere() -> None:
     first = Passage(1, "t.md", 1, 0, document, None, 0, len(document), 0.1)
     assert document_spans(first, document, [(0, 15)]) == [(0, 15)]
     assert document_spans(passage("x", start=None), "x", [(0, 1)]) is None
+
+
+def test_a_row_is_scored_with_its_column_names() -> None:
+    from inferd.services.grounding import _scored_text
+
+    units = units_of(TABLE_BODY)
+    assert _scored_text(TABLE_BODY, units, 2) == "Part: Gasket; Code: GK-12; Price: 4.50 EUR"
+    assert _scored_text(TABLE_BODY, units, 0) == "Spare parts kept at the depot."
+
+
+def test_a_sentence_runs_over_layout_line_breaks_but_not_into_a_list() -> None:
+    body = ("These notes describe the changes since version\n7.3.2, the upgrade paths and the fixes. Read them.\n"
+            "- QX-4471-B: a crash\nwhen restoring.\n- QX-4471-D: a stuck bar.\n\nNew paragraph here.")
+    assert [body[u.start:u.end] for u in units_of(body)] == [
+        "These notes describe the changes since version\n7.3.2, the upgrade paths and the fixes.", "Read them.",
+        "- QX-4471-B: a crash\nwhen restoring.", "- QX-4471-D: a stuck bar.", "New paragraph here."]

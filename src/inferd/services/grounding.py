@@ -17,7 +17,9 @@ count when the cheap bound cannot tell.
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -51,6 +53,7 @@ _MARKER = re.compile(r"\[(\d{1,2})\]")
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
 _SEPARATOR_ROW = re.compile(r"\|[\s:|-]*\|")
+_BLOCK_START = re.compile(r"(?:[-*•]\s|\d{1,3}[.)]\s|#{1,6}\s)")
 
 
 @dataclass(frozen=True)
@@ -82,31 +85,50 @@ def body_of(passage: Passage) -> str:
     return passage.text
 
 
+def _is_row(line: str) -> bool:
+    return line.startswith("|") and line.endswith("|") and len(line) > 1
+
+
 def units_of(body: str) -> list[Unit]:
-    """The body cut into table rows (each knowing its header row), lines and sentences."""
+    """The body cut into table rows (each knowing its header row) and sentences. A sentence may run
+    over a line break (PDF text is broken into layout lines); a blank line, a list item or a
+    heading starts a new one."""
     units: list[Unit] = []
     header: int | None = None
+    run: list[int] | None = None  # [start, end] of the prose lines read as one stretch of text
+
+    def flush() -> None:
+        if run is None:
+            return
+        position = run[0]
+        for stop in [*(m.start() for m in _SENTENCE_END.finditer(body, run[0], run[1])), run[1]]:
+            piece = body[position:stop]
+            if piece.strip():
+                units.append(Unit(position + len(piece) - len(piece.lstrip()), stop))
+            position = stop
+            while position < run[1] and body[position].isspace():
+                position += 1
+
     for line in re.finditer(r"[^\n]+", body):
         stripped = line.group().strip()
-        if stripped.startswith("|") and stripped.endswith("|") and len(stripped) > 1:
+        if not stripped:
+            continue
+        if _is_row(stripped):
+            flush()
+            run = None
             if _SEPARATOR_ROW.fullmatch(stripped):
                 continue
+            units.append(Unit(line.start(), line.end(), header))
             if header is None:
-                header = len(units)
-                units.append(Unit(line.start(), line.end()))
-            else:
-                units.append(Unit(line.start(), line.end(), header))
+                header = len(units) - 1
             continue
         header = None
-        position = line.start()
-        for stop in [*(m.start() for m in _SENTENCE_END.finditer(line.group())), len(line.group())]:
-            piece = body[position:line.start() + stop]
-            if piece.strip():
-                lead = len(piece) - len(piece.lstrip())
-                units.append(Unit(position + lead, line.start() + stop))
-            position = line.start() + stop
-            while position < line.end() and body[position].isspace():
-                position += 1
+        if run is not None and body[run[1]:line.start()].count("\n") == 1 and not _BLOCK_START.match(stripped):
+            run[1] = line.end()
+        else:
+            flush()
+            run = [line.start(), line.end()]
+    flush()
     return units
 
 
@@ -118,6 +140,23 @@ def estimate_tokens(text: str) -> int:
 def _stem(word: str) -> str:
     word = word.lower()
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def _scored_text(body: str, units: list[Unit], index: int) -> str:
+    """What a unit is scored by: its text, or for a table row each cell named by its column
+    ("Carry-over limit: 8 days; ..."), since a bare row of values says little about a question
+    that names the columns."""
+    unit = units[index]
+    text = body[unit.start:unit.end]
+    if unit.header is None:
+        return text
+    header = units[unit.header]
+    names = _cells(body[header.start:header.end])
+    return "; ".join(f"{name}: {value}" if name else value for name, value in zip(names, _cells(text)))
 
 
 def _render(body: str, units: list[Unit], chosen: list[int]) -> tuple[str, list[tuple[int, int]]]:
@@ -141,24 +180,33 @@ def _render(body: str, units: list[Unit], chosen: list[int]) -> tuple[str, list[
 async def condense(svc: "Services", key: KeyRecord, question: str, passages: Sequence[Passage],
                    budget_tokens: int) -> list[Excerpt]:
     """The pieces of `passages` (best first) most worth the model's reading, within `budget_tokens`:
-    each scored by its cosine with the question plus the share of the question's words it holds,
-    a little less for a lower-ranked passage; chosen best first while they fit (a table row brings
-    its header row, a passage its label). Passages with nothing chosen are left out."""
+    each scored by its cosine with the question plus the share of the question's words it holds
+    (a table row read with its column names), a little less for a lower-ranked passage; chosen best
+    first while they fit (a table row brings its header row, a passage its label). Passages with
+    nothing chosen are left out."""
     bodies = [body_of(passage) for passage in passages]
     cut = [units_of(body) for body in bodies]
     flat = [(p, u) for p, units in enumerate(cut) for u in range(len(units))]
     if not flat:
         return []
-    texts = [bodies[p][cut[p][u].start:cut[p][u].end] for p, u in flat]
+    texts = [_scored_text(bodies[p], cut[p], u) for p, u in flat]
+    headers = {(p, unit.header) for p, units in enumerate(cut) for unit in units if unit.header is not None}
     vectors = await embed_queries(svc, key, [question, *texts])
     cosines = vectors[1:] @ vectors[0] if len(vectors) > 1 else np.zeros(0, np.float32)
     words = {_stem(term) for term in query_terms(question)}
+    held = [{_stem(term) for term in query_terms(text)} & words for text in texts]
+    # A question word found in most pieces (the product's name in every one) tells them apart
+    # less than a rare one: each word weighs its inverse document frequency among the pieces.
+    found_in = Counter(word for found in held for word in found)
+    weights = {word: math.log(1 + len(texts) / (1 + found_in[word])) for word in words}
+    total = sum(weights.values())
 
-    def word_share(text: str) -> float:
-        found = {_stem(term) for term in query_terms(text)}
-        return len(words & found) / len(words) if words else 0.0
+    def word_share(i: int) -> float:
+        return sum(weights[word] for word in held[i]) / total if total else 0.0
 
-    scores = [float(cosines[i]) + WORD_WEIGHT * word_share(texts[i]) - RANK_DECAY * flat[i][0]
+    # A header row is read with the rows chosen under it, never alone.
+    scores = [-np.inf if flat[i] in headers else
+              float(cosines[i]) + WORD_WEIGHT * word_share(i) - RANK_DECAY * flat[i][0]
               for i in range(len(flat))]
     chosen: list[set[int]] = [set() for _ in passages]
     left = budget_tokens
@@ -173,12 +221,13 @@ async def condense(svc: "Services", key: KeyRecord, question: str, passages: Seq
         if cost <= left:
             chosen[p] |= needed
             left -= cost
+    best = [max((scores[i] for i in range(len(flat)) if flat[i][0] == p and flat[i][1] in chosen[p]),
+                default=-np.inf) for p in range(len(passages))]
     excerpts = []
-    for p, passage in enumerate(passages):
-        if not chosen[p]:
-            continue
+    # The passage holding the best piece first: a small model leans on what it reads first.
+    for p in sorted((p for p in range(len(passages)) if chosen[p]), key=lambda p: -best[p]):
         text, spans = _render(bodies[p], cut[p], list(chosen[p]))
-        excerpts.append(Excerpt(passage, text, document_spans(passage, bodies[p], spans)))
+        excerpts.append(Excerpt(passages[p], text, document_spans(passages[p], bodies[p], spans)))
     return excerpts
 
 
