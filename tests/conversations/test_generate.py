@@ -120,7 +120,7 @@ def test_without_sources_no_tool_is_offered(upstream: Upstream, alice: EndUser) 
     assert not any(isinstance(f, dict) and f.get("type") in ("sources", "retrieval", "tool_call", "title")
                    for f in frames)
     last = [r["body"] for r in upstream.requests() if r["path"] == "/v1/chat/completions"][-1]
-    assert "tools" not in last and last["messages"][0]["role"] == "system"
+    assert "tools" not in last and "temperature" not in last and last["messages"][0]["role"] == "system"
     assert last["messages"][-1] == {"role": "user", "content": "hello"}
     rows = alice.detail(cid)["messages"]
     assert [m["role"] for m in rows] == ["user", "assistant"] and rows[1]["finish_reason"] == "stop"

@@ -143,7 +143,7 @@ def _grounded_answer(body: dict[str, Any], model: str) -> list[str]:
     messages = body.get("messages") or []
     text = str((messages[-1] if messages else {}).get("content") or "")
     question = re.search(r"^Question: (.*)$", text, re.MULTILINE)
-    blocks = re.findall(r"^\[(\d+)\] \([^\n]*\)\n(.*?)(?=\n\n\[\d+\] \(|\n\nQuestion: )", text, re.MULTILINE | re.DOTALL)
+    blocks = re.findall(r"^\[(\d+)\] \([^\n]*\)\n(.*?)(?=\n\n|\Z)", text, re.MULTILINE | re.DOTALL)
     if question is None or not blocks:
         return "The documents do not say.".split()
     asked = set(re.findall(r"\w+", question.group(1).lower()))

@@ -196,7 +196,7 @@ class GenerateTurn:
                 # Small models (the built-in 0.5B) keep calling tools unless told to answer now; the
                 # nudge goes upstream only and is never stored.
                 step_messages = messages + [{"role": "user", "content": ANSWER_NUDGE}] if searched else messages
-                output = await self._step(step_messages, offer_tools, emit)
+                output = await self._step(step_messages, offer_tools, emit, grounded=bool(passages))
                 if output is None:
                     return  # an error frame was sent
                 calls = output.calls() if offer_tools else []
@@ -265,9 +265,11 @@ class GenerateTurn:
         return "tools" in self._deployment.config.capabilities
 
     async def _step(self, messages: list[dict[str, Any]], offer_tools: bool,
-                    emit: Callable[[bytes], Awaitable[None]]) -> StepOutput | None:
+                    emit: Callable[[bytes], Awaitable[None]], grounded: bool = False) -> StepOutput | None:
         """One streamed model call through the chat corridor; None when it ended in an error frame."""
         body: dict[str, Any] = {"model": self._model, "messages": messages, "stream": True}
+        if grounded:
+            body["temperature"] = grounding.GROUNDED_TEMPERATURE
         if offer_tools:
             body["tools"] = [retrieval.SEARCH_SOURCES_TOOL]
             body["tool_choice"] = "auto"
