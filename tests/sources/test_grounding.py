@@ -44,10 +44,13 @@ def test_units_cut_sentences_and_rows_and_rows_know_their_header() -> None:
 
 def test_render_joins_neighbours_and_marks_gaps_with_spans() -> None:
     units = units_of(TABLE_BODY)
-    text, spans = _render(TABLE_BODY, units, [2, 1, 5])
-    assert text == "| Part | Code | Price |\n| Gasket | GK-12 | 4.50 EUR |\n…\nPay on delivery."
-    assert [TABLE_BODY[a:b] for a, b in spans] == ["| Part | Code | Price |", "| Gasket | GK-12 | 4.50 EUR |",
+    text, spans = _render(TABLE_BODY, units, [0, 2, 5])
+    # A row is shown with its column names; the header row between it and the sentence is no gap.
+    assert text == "Spare parts kept at the depot.\nPart: Gasket; Code: GK-12; Price: 4.50 EUR\n…\nPay on delivery."
+    assert [TABLE_BODY[a:b] for a, b in spans] == ["Spare parts kept at the depot.", "| Gasket | GK-12 | 4.50 EUR |",
                                                    "Pay on delivery."]
+    assert _render(TABLE_BODY, units, [2, 3])[0] == ("Part: Gasket; Code: GK-12; Price: 4.50 EUR\n"
+                                                     "Part: Valve; Code: VL-7; Price: 19 EUR")
     assert _render("One. Two. Three.", units_of("One. Two. Three."), [0, 2])[0] == "One. … Three."
     assert Unit(0, 1).header is None
 

@@ -163,8 +163,10 @@ def _scored_text(body: str, units: list[Unit], index: int) -> str:
 
 
 def _render(body: str, units: list[Unit], chosen: list[int]) -> tuple[str, list[tuple[int, int]]]:
-    """The chosen units in document order: adjacent ones joined as the body joins them, gaps shown
-    as an ellipsis; and their spans in the body."""
+    """The chosen units in document order, adjacent ones joined as the body joins them, gaps shown as
+    an ellipsis, a table row as its cells named by their columns (a small model reads "Price: 7.25
+    EUR" right where it misreads the third cell of a row under a header); and their spans in the body."""
+    headers = {unit.header for unit in units if unit.header is not None}
     parts: list[str] = []
     spans: list[tuple[int, int]] = []
     previous: int | None = None
@@ -172,9 +174,9 @@ def _render(body: str, units: list[Unit], chosen: list[int]) -> tuple[str, list[
         unit = units[index]
         if previous is not None:
             between = body[units[previous].end:unit.start]
-            gap = index != previous + 1
-            parts.append(("\n" if "\n" in between else " ") if not gap else ("\n…\n" if "\n" in between else " … "))
-        parts.append(body[unit.start:unit.end].strip())
+            gap = any(skipped not in headers for skipped in range(previous + 1, index))
+            parts.append(("\n…\n" if "\n" in between else " … ") if gap else ("\n" if "\n" in between else " "))
+        parts.append(_scored_text(body, units, index).strip())
         spans.append((unit.start, unit.end))
         previous = index
     return "".join(parts), spans
@@ -185,8 +187,7 @@ async def condense(svc: "Services", key: KeyRecord, question: str, passages: Seq
     """The pieces of `passages` (best first) most worth the model's reading, within `budget_tokens`:
     each scored by its cosine with the question plus the share of the question's words it holds
     (a table row read with its column names), a little less for a lower-ranked passage; chosen best
-    first while they fit (a table row brings its header row, a passage its label). Passages with
-    nothing chosen are left out."""
+    first while they fit (a passage brings its label). Passages with nothing chosen are left out."""
     bodies = [body_of(passage) for passage in passages]
     cut = [units_of(body) for body in bodies]
     flat = [(p, u) for p, units in enumerate(cut) for u in range(len(units))]
@@ -215,14 +216,13 @@ async def condense(svc: "Services", key: KeyRecord, question: str, passages: Seq
     left = budget_tokens
     for i in sorted(range(len(flat)), key=lambda i: -scores[i]):
         p, u = flat[i]
-        if u in chosen[p]:
-            continue
-        needed = {u} | ({cut[p][u].header} if cut[p][u].header is not None else set())
-        cost = sum(estimate_tokens(bodies[p][cut[p][n].start:cut[p][n].end]) for n in needed - chosen[p])
+        if not np.isfinite(scores[i]):
+            break  # header rows, last in this order
+        cost = estimate_tokens(texts[i])
         if not chosen[p]:
             cost += estimate_tokens(passages[p].source_name + (passages[p].heading or "")) + 8
         if cost <= left:
-            chosen[p] |= needed
+            chosen[p].add(u)
             left -= cost
     best = [max((scores[i] for i in range(len(flat)) if flat[i][0] == p and flat[i][1] in chosen[p]),
                 default=-np.inf) for p in range(len(passages))]
