@@ -41,6 +41,11 @@ DEFAULT_RETRIEVAL_TOKENS = 450  # prompt tokens of passages (about 2 s of the bu
 CHARS_PER_TOKEN = 3.6  # a cautious English average for the chat models' BPE vocabularies
 WORD_WEIGHT = 0.25  # how much the share of the question's words in a piece adds to its cosine
 RANK_DECAY = 0.02  # a piece of a lower-ranked passage needs a little more to be chosen
+# Past the best MIN_PIECES, pieces scoring this much below the best are left out even when they
+# fit: a small model picks the wrong one of several similar numbers more often the more of them it
+# is shown. (A margin alone, without the floor, lost the second fact of chained questions.)
+MIN_PIECES = 4
+SCORE_MARGIN = 0.15
 FOLDED_WEIGHT = 0.5  # a follow-up's folded query counts half as much as the question itself
 FOLD_CHARS = 400  # how much of the previous exchange a follow-up's query folds in
 
@@ -214,16 +219,20 @@ async def condense(svc: "Services", key: KeyRecord, question: str, passages: Seq
               for i in range(len(flat))]
     chosen: list[set[int]] = [set() for _ in passages]
     left = budget_tokens
+    top, picked = max(scores), 0
     for i in sorted(range(len(flat)), key=lambda i: -scores[i]):
         p, u = flat[i]
         if not np.isfinite(scores[i]):
             break  # header rows, last in this order
+        if picked >= MIN_PIECES and scores[i] < top - SCORE_MARGIN:
+            break  # far weaker pieces only distract
         cost = estimate_tokens(texts[i])
         if not chosen[p]:
             cost += estimate_tokens(passages[p].source_name + (passages[p].heading or "")) + 8
         if cost <= left:
             chosen[p].add(u)
             left -= cost
+            picked += 1
     best = [max((scores[i] for i in range(len(flat)) if flat[i][0] == p and flat[i][1] in chosen[p]),
                 default=-np.inf) for p in range(len(passages))]
     excerpts = []
