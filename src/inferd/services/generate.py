@@ -228,17 +228,17 @@ class GenerateTurn:
             row_id = await self._save(NewMessage(
                 role="tool", message=f"search_sources failed: {exc.message}", user_id=self._user_id,
                 tool_call_id=call_id, tool_name="search_sources", tool_status="error", turn_id=self._turn_id,
-                metadata={"retrieval": {"queries": [text for text, _ in queries], "error": exc.code}}))
+                metadata={"retrieval": {"queries": [query for query, _ in queries], "error": exc.code}}))
             await emit(sse({"type": "retrieval", "message_id": row_id, "tool_call_id": call_id,
                             "tool_status": "error", "query": question, "passages": [],
                             "error": {"message": exc.message, "type": exc.type, "code": exc.code}}))
             return []
         references = [excerpt.reference(i + 1) for i, excerpt in enumerate(excerpts)]
-        text = "\n\n".join(grounding.passage_block(i + 1, excerpt) for i, excerpt in enumerate(excerpts))
+        shown = "\n\n".join(grounding.passage_block(i + 1, excerpt) for i, excerpt in enumerate(excerpts))
         row_id = await self._save(NewMessage(
-            role="tool", message=text or retrieval.format_hits([]), user_id=self._user_id, tool_call_id=call_id,
+            role="tool", message=shown or retrieval.format_hits([]), user_id=self._user_id, tool_call_id=call_id,
             tool_name="search_sources", tool_status="ok", turn_id=self._turn_id,
-            metadata={"retrieval": {"queries": [text for text, _ in queries], "passages": references}}))
+            metadata={"retrieval": {"queries": [query for query, _ in queries], "passages": references}}))
         await emit(sse({"type": "retrieval", "message_id": row_id, "tool_call_id": call_id, "tool_status": "ok",
                         "query": question, "passages": [{**reference, "text": excerpt.text}
                                                         for reference, excerpt in zip(references, excerpts)]}))
