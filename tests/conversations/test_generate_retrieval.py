@@ -66,14 +66,15 @@ def test_a_model_that_never_calls_tools_answers_from_retrieved_passages(gen_serv
         range(1, len(retrieved["passages"]) + 1))
     assert best["source_id"] == source_ids(alice, cid)["mission.txt"]
     assert isinstance(best["chunk_id"], int) and best["char_start"] == 0 and best["char_end"] == len(MISSION)
-    # The passages reached the prompt of the first model call, numbered, before the question; no tools.
+    # The passages reached the prompt of the first model call, headed by their file, before the
+    # question; no tools.
     chats = upstream_chats(upstream, "mock")[before:]
     first = chats[0]
     assert "tools" not in first and first["temperature"] == 0.2  # copy the passages, do not vary them
     assert first["messages"][0]["role"] == "system" and "documents" in first["messages"][0]["content"]
     prompt = first["messages"][-1]["content"]
     assert first["messages"][-1]["role"] == "user"
-    assert f"[{best['index']}] (mission.txt)" in prompt and "AMBER-7731" in prompt
+    assert "From mission.txt:\n" in prompt and "AMBER-7731" in prompt
     assert prompt.index("Question: " + question["message"]) < prompt.index("AMBER-7731") < prompt.rindex(
         "Question: " + question["message"])
     # Stored with the turn: a search_sources tool row holding what the model read, then the answer.

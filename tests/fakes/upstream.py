@@ -19,9 +19,10 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
                          an empty query;
                          `mock-agent-drop`: after the tool result, two words, then the connection closes)
 - `mock-crash`           answers 500 with a traceback naming a file path and an internal host
-- `mock-grounded`        (streams) reads numbered passages (`[n] (...)` blocks) and the `Question:` line of
+- `mock-grounded`        (streams) reads the passages (`From <source>:` blocks) and the `Question:` line of
                          the last user message, and answers with the sentence of the passage sharing most
-                         words with the question, then ` [n]` (`mock-grounded-plain`: without the marker);
+                         words with the question, then ` [n]`, n its place among the passages
+                         (`mock-grounded-plain`: without the marker);
                          "The documents do not say." when the message holds no passages
 
 Whatever the model, a request whose bearer starts with `rejected-` is answered 401 and one whose
@@ -139,11 +140,12 @@ def _suffix_number(model: str, prefix: str) -> float | None:
 
 
 def _grounded_answer(body: dict[str, Any], model: str) -> list[str]:
-    """`mock-grounded*`: the best-matching sentence of the best-matching numbered passage."""
+    """`mock-grounded*`: the best-matching sentence of the best-matching passage, cited by its place."""
     messages = body.get("messages") or []
     text = str((messages[-1] if messages else {}).get("content") or "")
     question = re.search(r"^Question: (.*)$", text, re.MULTILINE)
-    blocks = re.findall(r"^\[(\d+)\] \([^\n]*\)\n(.*?)(?=\n\n|\Z)", text, re.MULTILINE | re.DOTALL)
+    found = re.findall(r"^From [^\n]*:\n(.*?)(?=\n\n|\Z)", text, re.MULTILINE | re.DOTALL)
+    blocks = [(str(i + 1), block) for i, block in enumerate(found)]
     if question is None or not blocks:
         return "The documents do not say.".split()
     asked = set(re.findall(r"\w+", question.group(1).lower()))

@@ -55,14 +55,15 @@ def test_render_joins_neighbours_and_marks_gaps_with_spans() -> None:
     assert Unit(0, 1).header is None
 
 
-def test_the_prompt_numbers_passages_before_the_question() -> None:
+def test_the_prompt_heads_passages_by_their_source_before_the_question() -> None:
     first = Excerpt(passage("The gasket costs 4.50 EUR."), "The gasket costs 4.50 EUR.", [(100, 126)])
     second = Excerpt(Passage(2, "notes.txt", 9, 3, "Other.", "Depot > Parts", 5, 11, 0.01), "Other.", [(5, 11)])
     prompt = grounded_question("How much is the gasket?", [first, second])
     assert prompt.startswith("Question: How much is the gasket?") and prompt.endswith(
         "Question: How much is the gasket?")
-    assert prompt.index("[1] (parts.md)\nThe gasket costs 4.50 EUR.") < prompt.index(
-        '[2] (notes.txt, section "Depot > Parts")\nOther.') < prompt.index("exact value")
+    assert prompt.index("From parts.md:\nThe gasket costs 4.50 EUR.") < prompt.index(
+        'From notes.txt, section "Depot > Parts":\nOther.') < prompt.index("exact value")
+    assert "[1]" not in prompt  # numbered, the built-in model answered "[1]" for the value
     assert "exact value" in prompt and "do not say" in prompt
     assert second.reference(2)["spans"] == [[5, 11]] and second.reference(2)["heading"] == "Depot > Parts"
     assert Excerpt(passage("x", start=None), "x", None).reference(1)["spans"] is None
