@@ -149,10 +149,10 @@ class Upstream:
     url: str
 
     @classmethod
-    def start(cls) -> "Upstream":
-        """Start tests/fakes/upstream.py on a free port."""
-        process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakes" / "upstream.py"), "--port", "0"],
-                                   stdout=subprocess.PIPE, text=True)
+    def start(cls, port: int = 0) -> "Upstream":
+        """Start tests/fakes/upstream.py on `port` (0: a free one)."""
+        process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakes" / "upstream.py"), "--port",
+                                    str(port)], stdout=subprocess.PIPE, text=True)
         assert process.stdout is not None
         line = process.stdout.readline()
         if not line.startswith("ready "):
@@ -173,8 +173,13 @@ class Upstream:
         """Streams whose client went away."""
         return list(httpx.get(self.url + "/_aborts").json())
 
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self.url.rsplit(":", 1)[1])
+
     def stop(self) -> None:
-        """Stop the process."""
+        """Stop the process (SIGKILL: it gets no chance to close its connections)."""
         self.process.kill()
         self.process.wait()
         if self.process.stdout is not None:

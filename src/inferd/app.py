@@ -35,6 +35,8 @@ from inferd.api.rerank import RerankRoute
 from inferd.api.tokens import CountTokensRoute
 from inferd.auth.exchange import KeyExchange, build_exchange
 from inferd.auth.principal import Authenticator
+from inferd.calls.health import HealthProber
+from inferd.calls.stage import CallStage
 from inferd.catalogue import ModelCatalogue
 from inferd.config import Catalogue, Settings, load_catalogue
 from inferd.engines.registry import EngineRegistry, default_registry
@@ -74,6 +76,8 @@ class Services:
     limits: Limits
     writer: UsageWriter
     catalogue: ModelCatalogue
+    stage: CallStage
+    health: HealthProber
     chat: ChatService
     exchange: KeyExchange
     conversations: ConversationService
@@ -81,6 +85,7 @@ class Services:
 
     async def close(self) -> None:
         """Flush usage rows and release every connection."""
+        await self.health.close()
         await self.writer.close()
         await self.catalogue.close()
         await self.limits.close()
@@ -112,10 +117,14 @@ async def build_services(settings: Settings) -> Services:
     writer.start()
     keys = KeyRepository(db, hot=hot, pg_cache=True)
     catalogue = ModelCatalogue(config.models, registry)
+    stage = CallStage(catalogue, writer)
+    health = HealthProber(catalogue)
+    health.start()
     users = UserRepository(db)
     return Services(settings=settings, config=config, db=db, hot=hot, orgs=OrgRepository(db), keys=keys,
-                    auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue,
-                    chat=ChatService(catalogue, writer),
+                    auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue, stage=stage,
+                    health=health,
+                    chat=ChatService(catalogue, stage),
                     exchange=build_exchange(Authenticator(keys), keys, users, config.idp, settings.config_path),
                     conversations=attach_sources(ConversationService(ConversationRepository(db), users), db),
                     batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches))
@@ -196,9 +205,10 @@ class InferdApp:
         self.services = api.state.services = services
         self._hot = {
             "/v1/chat/completions": ChatCompletionsRoute(services.auth, services.limits, services.chat),
-            "/v1/chat/count_tokens": CountTokensRoute(services.auth, services.limits, services.catalogue),
-            "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.writer),
-            "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.writer),
+            "/v1/chat/count_tokens": CountTokensRoute(services.auth, services.limits, services.catalogue,
+                                                      services.stage),
+            "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.stage),
+            "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.stage),
         }
         self._body_clock.grace_s = services.config.limits.body_timeout_s
         self._body_clock.start()

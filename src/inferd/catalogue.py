@@ -1,14 +1,16 @@
-"""The model catalogue: ids and aliases to deployments, capabilities, prices, org allow-lists."""
+"""The model catalogue: ids and aliases to models (each a pool of deployments), capabilities, prices,
+org allow-lists."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from inferd.config import ModelConfig
-from inferd.engines.base import Engine
+from inferd.calls.pool import Pool
+from inferd.engines.base import CAPABILITY_OF_TYPE, Engine
 from inferd.engines.registry import EngineRegistry
-from inferd.errors import InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
+from inferd.errors import ConfigError, InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
 from inferd.store.keys import KeyRecord
 
 CHAT_TYPES = ("chat", "vision-chat")
@@ -19,13 +21,44 @@ _CAPABILITY_PARAMETERS = {
 }
 
 
-@dataclass(frozen=True)
+E = TypeVar("E", bound=Engine)
+
+
 class Deployment:
-    """One catalogue entry with its engine and its precomputed model object."""
+    """One upstream of a model: its configuration (the model's, with the deployment's own keys)
+    and its engine."""
+
+    __slots__ = ("config", "engine", "name", "_capabilities")
+
+    def __init__(self, config: ModelConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.name = config.deployment_name  # as usage rows carry it
+        # Checked once here: isinstance against a runtime protocol costs microseconds a call.
+        self._capabilities = frozenset(kind for kind in set(CAPABILITY_OF_TYPE.values()) if isinstance(engine, kind))
+
+    def can(self, capability: type[Engine]) -> bool:
+        """Whether the engine serves `capability`."""
+        return capability in self._capabilities
+
+    def serving(self, capability: type[E]) -> E:
+        """The engine as the capability a route needs (checked against the model's type when the
+        catalogue was built, so this never fails for a model that passed `Model.require_type`)."""
+        if capability not in self._capabilities:
+            raise InvalidRequest(f"Model '{self.config.id}' cannot serve this route", code="model_type_mismatch",
+                                 param="model")
+        return self.engine  # type: ignore[return-value]  # checked above, once, by isinstance
+
+
+@dataclass
+class Model:
+    """A catalogue entry: the model's configuration, its precomputed model object, and its pool of
+    deployments (with their run-time state: calls in flight, cooldowns)."""
 
     config: ModelConfig
-    engine: Engine
+    deployments: tuple[Deployment, ...]
     model_object: dict[str, Any]  # without `created`, which is set per response
+    pool: Pool
 
     @property
     def id(self) -> str:
@@ -78,49 +111,65 @@ def model_object(config: ModelConfig, base_parameters: tuple[str, ...]) -> dict[
 
 
 class ModelCatalogue:
-    """Resolves names to deployments and filters by what the caller's org may use."""
+    """Resolves names to models and filters by what the caller's org may use."""
 
     def __init__(self, models: tuple[ModelConfig, ...], registry: EngineRegistry) -> None:
-        self._deployments: list[Deployment] = []
-        self._by_name: dict[str, Deployment] = {}
+        self._models: list[Model] = []
+        self._by_name: dict[str, Model] = {}
         for config in models:
             spec = registry.spec(config.engine)
-            deployment = Deployment(config, registry.create(config), model_object(config, spec.base_parameters))
-            self._deployments.append(deployment)
+            deployments = tuple(Deployment(d, registry.create(d)) for d in config.pool)
+            capability = CAPABILITY_OF_TYPE.get(config.type)
+            for deployment in deployments:
+                if capability is not None and not deployment.can(capability):
+                    raise ConfigError(f"model {config.id!r}: engine {config.engine!r} cannot serve "
+                                      f"{config.type} models")
+            model = Model(config, deployments, model_object(config, spec.base_parameters), Pool(config))
+            self._models.append(model)
             for name in (config.id, *config.aliases):
-                self._by_name[name] = deployment
+                self._by_name[name] = model
 
     @property
-    def deployments(self) -> list[Deployment]:
-        """Every configured deployment."""
-        return list(self._deployments)
+    def models(self) -> list[Model]:
+        """Every configured model."""
+        return list(self._models)
 
     @staticmethod
-    def allowed(key: KeyRecord, deployment: Deployment) -> bool:
-        """Whether the key's org may use the deployment (its allow-list names the id or an alias)."""
+    def allowed(key: KeyRecord, model: Model) -> bool:
+        """Whether the key's org may use the model (its allow-list names the id or an alias)."""
         if key.allowed_models is None:
             return True
-        names = (deployment.config.id, *deployment.config.aliases)
+        names = (model.config.id, *model.config.aliases)
         return any(name in key.allowed_models for name in names)
 
-    def resolve(self, name: str, key: KeyRecord) -> Deployment:
-        """The deployment for a model id or alias: 404 unknown, 403 not allowed, 503 in maintenance."""
-        deployment = self._by_name.get(name)
-        if deployment is None:
+    def resolve(self, name: str, key: KeyRecord) -> Model:
+        """The model for an id or alias: 404 unknown, 403 not allowed, 503 in maintenance."""
+        model = self._by_name.get(name)
+        if model is None:
             raise NotFound(f"Model '{name}' does not exist", code="model_not_found", param="model")
-        if not self.allowed(key, deployment):
+        if not self.allowed(key, model):
             raise PermissionDenied(f"Model '{name}' is not in your organisation's allowed models",
                                    code="model_not_allowed", param="model")
-        if deployment.config.maintenance:
-            raise ServiceUnavailable(f"Model '{deployment.id}' is down for maintenance", code="model_maintenance")
-        return deployment
+        if model.config.maintenance:
+            raise ServiceUnavailable(f"Model '{model.id}' is down for maintenance", code="model_maintenance")
+        return model
+
+    def fallbacks(self, model: Model, key: KeyRecord) -> list[Model]:
+        """The model's `fallbacks` the key may use now, in order (not allowed or in maintenance: skipped)."""
+        chosen = []
+        for name in model.config.fallbacks:
+            fallback = self._by_name.get(name)
+            if fallback is not None and fallback is not model and not fallback.config.maintenance \
+                    and self.allowed(key, fallback) and fallback not in chosen:
+                chosen.append(fallback)
+        return chosen
 
     def listing(self, key: KeyRecord) -> list[dict[str, Any]]:
         """Model objects (without `created`) the key's org may use and that are live."""
-        return [d.model_object for d in self._deployments
-                if not d.config.maintenance and self.allowed(key, d)]
+        return [m.model_object for m in self._models if not m.config.maintenance and self.allowed(key, m)]
 
     async def close(self) -> None:
         """Close every engine."""
-        for deployment in self._deployments:
-            await deployment.engine.close()
+        for model in self._models:
+            for deployment in model.deployments:
+                await deployment.engine.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 from inferd.builtin import builtin_tables, default_aliases, settle_names
+from inferd.config_pools import POOL_KEYS, check_pool_values, check_pools, expand_deployments
 from inferd.errors import ConfigError
 
 MODEL_TYPES = ("chat", "vision-chat", "embeddings", "reranker", "ocr", "ocr-vision", "tts", "asr", "image-gen")
@@ -57,11 +58,26 @@ class ModelConfig:
     builtin: bool = False
     deployment: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    # The pool (CONTRACT.md decision 17, inferd/config_pools.py).
+    deployments: tuple["ModelConfig", ...] = ()
+    routing: str = "least-busy"
+    fallbacks: tuple[str, ...] = ()
+    cooldown_s: float = 5.0
+    health_path: str | None = None
+    health_interval_s: float = 5.0
+    queue_timeout_s: float = 30.0
+    weight: float = 1.0
+    max_in_flight: int | None = None
 
     @property
     def deployment_name(self) -> str:
         """The name usage rows carry in `deployment`."""
         return self.deployment or self.id
+
+    @property
+    def pool(self) -> tuple["ModelConfig", ...]:
+        """The model's deployments: its `[[models.deployments]]`, or itself as a pool of one."""
+        return self.deployments or (self,)
 
 
 @dataclass(frozen=True)
@@ -223,9 +239,13 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
     if engine not in engine_keys:
         raise where.fail(table, "engine", f"unknown engine {engine!r} (known: {', '.join(sorted(engine_keys))})")
     own_keys = engine_keys.get(engine, ())
+    deployments: list[Any] | None = None
     for key, value in raw.items():
-        if key in _MODEL_KEYS:
-            _typecheck(where, table, key, value, _MODEL_KEYS[key])
+        if key == "deployments":
+            _typecheck(where, table, key, value, list)
+            deployments = value
+        elif key in _MODEL_KEYS or key in POOL_KEYS:
+            _typecheck(where, table, key, value, _MODEL_KEYS.get(key) or POOL_KEYS[key])
             values[key] = value
         elif key in own_keys:
             options[key] = value
@@ -270,7 +290,12 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
             if price < 0:
                 raise where.fail(f"{table} cost", key, "must not be negative")
         values["cost"] = Cost(**{k: float(v) for k, v in cost.items()})
-    return ModelConfig(options=options, **values)
+    check_pool_values(where.fail, table, values)
+    model = ModelConfig(options=options, **values)
+    if deployments is None:
+        return model
+    return expand_deployments(where.fail, lambda t, k, v, e: _typecheck(where, t, k, v, e), table, model,
+                              deployments, own_keys)
 
 
 def _with_builtin(where: _Where, index: int, raw: Any, builtins: Mapping[str, dict[str, Any]]) -> Any:
@@ -380,6 +405,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
     models = tuple(_parse_model(where, i, _with_builtin(where, i, m, builtins), engine_keys)
                    for i, m in enumerate(models_raw))
     models = settle_names(models, [default_aliases(m, builtins) for m in models_raw], str(path))
+    check_pools(models, str(path))
     for table in ("conversations", "batches", "limits", "audio"):
         if table in raw and not isinstance(raw[table], dict):
             raise where.fail(f"[{table}]", None, "expected a table")

@@ -20,6 +20,7 @@ class InferdError(Exception):
     status: int = 500
     type: str = "server_error"
     code: str = "internal_error"
+    usage: Any = None  # the usage row (metering.Usage) of a failed engine call, set by the call stage
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
@@ -115,6 +116,17 @@ class RateLimited(InferdError):
 
 class ServiceUnavailable(InferdError):
     status, type, code = 503, "server_error", "service_unavailable"
+
+
+class ModelOverloaded(ServiceUnavailable):
+    """Every deployment of the model was at `max_in_flight` for `queue_timeout_s` (CONTRACT.md 17)."""
+
+    code = "model_overloaded"
+
+    def __init__(self, waited_s: float) -> None:
+        retry_after = max(1, min(int(waited_s), 30))
+        super().__init__(f"The model is overloaded: no deployment had room within {waited_s:g} s; retry after "
+                         f"{retry_after} s", headers={"Retry-After": str(retry_after)})
 
 
 class EngineError(InferdError):

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import insert, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.config import Cost, ModelConfig
@@ -26,8 +24,8 @@ from inferd.limits.base import SpendCounter
 from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.keys import KeyRecord
-from inferd.store.tables import key_spend, usage_rows
-from inferd.store.usage import SQLITE_ROLLUP_UPSERT, rollup_deltas, rollup_upsert, rollup_values
+from inferd.store.tables import key_spend
+from inferd.store.usage_write import Amounts, UsageWrites, spend_amounts, sqlite_usage_writes
 
 log = logging.getLogger("inferd.metering")
 
@@ -78,31 +76,16 @@ class SqlAlchemySink:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._upsert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
-        self._rollup = rollup_upsert(engine.dialect.name)
+        self._writes = UsageWrites(engine.dialect.name)
 
-    async def commit(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
+    async def commit(self, rows: list[dict[str, Any]], amounts: Amounts) -> None:
         """Insert the rows and add to the spend and usage rollups in one transaction."""
         async with self._engine.begin() as conn:
-            await conn.execute(insert(usage_rows), rows)
-            await conn.execute(self._rollup, rollup_deltas(rows))
-            if amounts:
-                stmt = self._upsert(key_spend)
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=[key_spend.c.key_id, key_spend.c.month],
-                    set_={"spend_usd": key_spend.c.spend_usd + stmt.excluded.spend_usd})
-                await conn.execute(stmt, [{"key_id": k, "month": m, "spend_usd": c} for (k, m), c in amounts.items()])
+            for statement, parameters in self._writes.writes(rows, amounts):
+                await conn.execute(statement, parameters)
 
     async def close(self) -> None:
         """Nothing of its own to release."""
-
-
-_COLUMNS = ("org", "deployment", "key_id", "user_id", "team_id", "model", "workspace", "prompt_tokens",
-            "completion_tokens", "cached_prompt_tokens", "latency_ms", "status_code", "cost_usd", "created_at",
-            "metadata")
-_SQLITE_INSERT = f"INSERT INTO usage_rows ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
-_SQLITE_UPSERT = ("INSERT INTO key_spend (key_id, month, spend_usd) VALUES (?, ?, ?) ON CONFLICT (key_id, month) "
-                  "DO UPDATE SET spend_usd = key_spend.spend_usd + excluded.spend_usd")
 
 
 class SqliteSink:
@@ -120,28 +103,24 @@ class SqliteSink:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-sqlite")
 
     @staticmethod
-    def _write(conn: sqlite3.Connection, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
-        values = [tuple(row["created_at"].isoformat(" ", "microseconds") if c == "created_at" else row[c]
-                        for c in _COLUMNS) for row in rows]
+    def _write(conn: sqlite3.Connection, rows: list[dict[str, Any]], amounts: Amounts) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(_SQLITE_INSERT, values)
-            conn.executemany(SQLITE_ROLLUP_UPSERT, rollup_values(rows))
-            if amounts:
-                conn.executemany(_SQLITE_UPSERT, [(k, m, c) for (k, m), c in amounts.items()])
+            for sql, parameters in sqlite_usage_writes(rows, amounts):
+                conn.executemany(sql, parameters)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
 
-    def _write_threaded(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
+    def _write_threaded(self, rows: list[dict[str, Any]], amounts: Amounts) -> None:
         if self._threaded is None:
             self._threaded = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             self._threaded.execute("PRAGMA busy_timeout=30000")
         self._write(self._threaded, rows, amounts)
 
-    async def commit(self, rows: list[dict[str, Any]], amounts: dict[tuple[str, str], float]) -> None:
+    async def commit(self, rows: list[dict[str, Any]], amounts: Amounts) -> None:
         """Insert the rows and add to the spend and usage rollups in one transaction."""
         try:
             self._write(self._hot.conn, rows, amounts)
@@ -230,12 +209,7 @@ class UsageWriter:
 
     async def _commit(self, batch: list[tuple[dict[str, Any], asyncio.Future[None]]]) -> None:
         rows = [row for row, _ in batch]
-        amounts: dict[tuple[str, str], float] = {}
-        for row in rows:
-            if row["cost_usd"]:
-                created = row["created_at"]
-                slot = (row["key_id"], f"{created.year:04d}-{created.month:02d}")
-                amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
+        amounts = spend_amounts(rows)
         error: BaseException | None = None
         self._committing += 1
         try:

@@ -30,6 +30,8 @@ bearer starts with `forbidden-` 403 (OpenAI's shape), on every route: a wrong `a
 gateway's configuration.
 
 Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
+`GET /health` answers 200 (a pool's active health probe). Several fakes may run at once, each on
+its own port (`--port P` again after a SIGKILL brings one back where it was).
 Streams the client abandoned are recorded too: `GET /_aborts` lists `{model, chunks_sent}`.
 Token counts are deterministic (`count_prompt_tokens`), so /tokenize equals the billed usage.
 
@@ -386,6 +388,7 @@ def build_app() -> web.Application:
     app.router.add_get("/v1/audio/voices", fake.voices)
     app.router.add_post("/v1/audio/transcriptions", fake.transcriptions)
     app.router.add_post("/v1/images/generations", fake.images)
+    app.router.add_get("/health", lambda request: web.json_response({"ok": True}))
     app.router.add_get("/_requests", fake.recorded)
     app.router.add_get("/_aborts", fake.recorded_aborts)
     app.router.add_post("/_reset", fake.reset)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import orjson
@@ -15,8 +14,10 @@ from inferd.api.body_limits import TRANSCRIPTION_UPLOAD_BYTES
 from inferd.api.uploads import read_upload
 from inferd.engines.audio_codec import FORMATS, audio_seconds
 from inferd.engines.transcripts import PLAIN_FORMATS, render
-from inferd.errors import InferdError, InvalidRequest
-from inferd.metering import usage_for
+from inferd.calls.stage import Answer, Billing
+from inferd.catalogue import Deployment, Model
+from inferd.engines.base import SpeechEngine, TranscriptionEngine
+from inferd.errors import InvalidRequest
 from inferd.protocol.audio import SpeechRequest
 from inferd.store.keys import KeyRecord
 
@@ -49,19 +50,27 @@ async def speech(request: Request, key: KeyRecord = Depends(metered_key)) -> Res
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
     svc = services(request)
-    deployment = svc.catalogue.resolve(body["model"], key)
-    deployment.require_type(("tts",), "speech")
-    started = time.perf_counter()
-    payload = {**body, "model": deployment.config.upstream_model or deployment.id,
-               "response_format": body.get("response_format") or "mp3"}
+    model = svc.catalogue.resolve(body["model"], key)
+    model.require_type(("tts",), "speech")
     characters = len(body["input"]) if isinstance(body.get("input"), str) else 0
-    try:
-        audio, content_type = await deployment.engine.speech(payload)  # type: ignore[attr-defined]
-    except InferdError as exc:
-        await svc.writer.record(usage_for(key, deployment.config, "audio", exc.status, 0, 0, started=started))
-        raise
-    await svc.writer.record(usage_for(key, deployment.config, "audio", 200, characters, 0, started=started))
+
+    async def attempt(engine: SpeechEngine, deployment: Deployment, answering: Model) -> Answer[tuple[bytes, str]]:
+        upstream = deployment.config.upstream_model or deployment.config.id
+        spoken = await engine.speech({**body, "model": upstream,
+                                      "response_format": body.get("response_format") or "mp3"})
+        return Answer(spoken, characters)
+
+    audio, content_type = (await svc.stage.call(model, SpeechEngine, Billing(key, "audio"), attempt,
+                                                affinity=_affinity(request, model, body))).value
     return Response(audio, media_type=content_type)
+
+
+def _affinity(request: Request, model: Model, body: dict[str, Any] | None = None) -> str | None:
+    """The routing key of an `affinity` pool: the body's `user`, else the `x-session-affinity` header."""
+    if model.config.routing != "affinity":
+        return None
+    user = (body or {}).get("user")
+    return user if isinstance(user, str) and user else request.headers.get("x-session-affinity")
 
 
 @router.get("/v1/voices")
@@ -69,15 +78,14 @@ async def voices(request: Request, model: str = Query("tts", max_length=MAX_MODE
                  key: KeyRecord = Depends(metered_key)) -> Response:
     """The speech model's voices, as its engine lists them."""
     svc = services(request)
-    deployment = svc.catalogue.resolve(model, key)
-    deployment.require_type(("tts",), "voices")
-    started = time.perf_counter()
-    try:
-        listed = await deployment.engine.voices()  # type: ignore[attr-defined]
-    except InferdError as exc:
-        await svc.writer.record(usage_for(key, deployment.config, "audio", exc.status, 0, 0, started=started))
-        raise
-    await svc.writer.record(usage_for(key, deployment.config, "audio", 200, 0, 0, started=started))
+    resolved = svc.catalogue.resolve(model, key)
+    resolved.require_type(("tts",), "voices")
+
+    async def attempt(engine: SpeechEngine, deployment: Deployment, answering: Model) -> Answer[Any]:
+        return Answer(await engine.voices())
+
+    listed = (await svc.stage.call(resolved, SpeechEngine, Billing(key, "audio"), attempt,
+                                   affinity=_affinity(request, resolved))).value
     return Response(orjson.dumps(listed), media_type="application/json")
 
 
@@ -119,8 +127,8 @@ async def transcriptions(request: Request, model: str = Query("stt", max_length=
                          key: KeyRecord = Depends(metered_key)) -> Response:
     """Speech to text. The query's `model` picks the deployment; the form's `model` goes to the engine."""
     svc = services(request)
-    deployment = svc.catalogue.resolve(model, key)
-    deployment.require_type(("asr",), "transcriptions")
+    resolved = svc.catalogue.resolve(model, key)
+    resolved.require_type(("asr",), "transcriptions")
     upload = await read_upload(request, "file", TRANSCRIPTION_UPLOAD_BYTES, "Audio upload")
     try:
         response_format = upload.fields.get("response_format") or "json"
@@ -128,15 +136,15 @@ async def transcriptions(request: Request, model: str = Query("stt", max_length=
             raise InvalidRequest(f"response_format: must be one of {', '.join(TRANSCRIPT_FORMATS)}",
                                  param="response_format")
         await check_duration(str(upload.path), svc.config.audio.max_duration_s)
-        started = time.perf_counter()
-        try:
-            result = await deployment.engine.transcribe(  # type: ignore[attr-defined]
-                str(upload.path), upload.filename or "audio", upload.fields)
-        except InferdError as exc:
-            await svc.writer.record(usage_for(key, deployment.config, "audio", exc.status, 0, 0, started=started))
-            raise
+
+        # The upload lies in a file, so every attempt (a failover too) sends it whole again.
+        async def attempt(engine: TranscriptionEngine, deployment: Deployment, answering: Model
+                          ) -> Answer[dict[str, Any]]:
+            result = await engine.transcribe(str(upload.path), upload.filename or "audio", upload.fields)
+            return Answer(result, 0, len(result["text"]))
+
+        result = (await svc.stage.call(resolved, TranscriptionEngine, Billing(key, "audio"), attempt,
+                                       affinity=_affinity(request, resolved, upload.fields))).value
     finally:
         upload.discard()
-    await svc.writer.record(usage_for(key, deployment.config, "audio", 200, 0, len(result["text"]),
-                                      started=started))
     return render_transcript(result, response_format)

@@ -8,9 +8,9 @@ from typing import Any
 
 import orjson
 
-from inferd.api.asgi import JSON_HEADERS, SSE_HEADERS, Receive, Send, send_bytes, send_error, watch_disconnect
+from inferd.api.asgi import JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, send_bytes, send_error, watch_disconnect
 from inferd.api.checks import check_chat, check_metadata
-from inferd.api.hot import JsonRoute
+from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
@@ -21,24 +21,27 @@ log = logging.getLogger("inferd.api.chat")
 
 
 class ChatCompletionsRoute(JsonRoute):
-    """validate -> limits -> catalogue -> engine -> metering, then the reply."""
+    """validate -> limits -> catalogue -> call stage (deployment, failover, metering), then the reply."""
 
     def __init__(self, auth: Authenticator, limits: Limits, chat: ChatService) -> None:
         super().__init__(auth, limits)
         self._chat = chat
 
-    async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
+                     send: Send) -> None:
         """A completion, blocking or streamed."""
         check_chat(body)
         metadata = check_metadata(body.get("metadata"))
         await self.limits.admit(key, metered=True)
         call = self._chat.open(body, key, metadata=metadata)
+        if call.affinity is None and call.model.config.routing == "affinity":
+            call.affinity = affinity_of(scope, body)
         await self._chat.fit_context(call)
         if call.payload.get("stream"):
             await self._stream(call, receive, send)
         else:
             reply = await self._chat.complete(call)
-            await send_bytes(send, 200, orjson.dumps(reply), JSON_HEADERS)
+            await send_bytes(send, 200, orjson.dumps(reply.value), JSON_HEADERS)
 
     async def _stream(self, call: ChatCall, receive: Receive, send: Send) -> None:
         frames = self._chat.stream(call)

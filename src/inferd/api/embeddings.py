@@ -4,21 +4,20 @@ to the engine. Priced on input tokens only."""
 from __future__ import annotations
 
 import base64
-import time
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import orjson
 
-from inferd.api.asgi import JSON_HEADERS, Receive, Send, send_bytes
+from inferd.api.asgi import JSON_HEADERS, Receive, Scope, Send, send_bytes
 from inferd.api.checks import check_model, is_int
-from inferd.api.hot import JsonRoute
+from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
-from inferd.catalogue import ModelCatalogue
+from inferd.calls.stage import Answer, Billing, CallStage
+from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import EmbeddingEngine
-from inferd.errors import InferdError, InvalidRequest
+from inferd.errors import InvalidRequest
 from inferd.limits.base import Limits
-from inferd.metering import UsageWriter, usage_for
 from inferd.store.keys import KeyRecord
 
 
@@ -40,36 +39,38 @@ def as_base64(vector: list[float]) -> str:
 
 
 class EmbeddingsRoute(JsonRoute):
-    """validate model -> limits -> catalogue -> engine -> usage row (workspace embeddings)."""
+    """validate model -> limits -> catalogue -> call stage (deployment, failover, usage row in workspace
+    embeddings)."""
 
-    def __init__(self, auth: Authenticator, limits: Limits, catalogue: ModelCatalogue, writer: UsageWriter) -> None:
+    def __init__(self, auth: Authenticator, limits: Limits, catalogue: ModelCatalogue, stage: CallStage) -> None:
         super().__init__(auth, limits)
         self._catalogue = catalogue
-        self._writer = writer
+        self._stage = stage
 
-    async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
+                     send: Send) -> None:
         """Embed the input; floats upstream, base64 made here when asked for."""
         check_embeddings(body)
         await self.limits.admit(key, metered=True)
-        deployment = self._catalogue.resolve(body["model"], key)
-        deployment.require_type(("embeddings",), "embeddings")
-        started = time.perf_counter()
+        model = self._catalogue.resolve(body["model"], key)
+        model.require_type(("embeddings",), "embeddings")
         encoding = body.get("encoding_format") or "float"
-        payload = {**body, "model": deployment.config.upstream_model or deployment.id, "encoding_format": "float"}
-        engine = cast(EmbeddingEngine, deployment.engine)
-        try:
-            reply = await engine.embed(payload)
-        except InferdError as exc:
-            await self._writer.record(usage_for(key, deployment.config, "embeddings", exc.status, 0, 0,
-                                                started=started))
-            raise
-        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
-        prompt = int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
+
+        async def attempt(engine: EmbeddingEngine, deployment: Deployment, answering: Model
+                          ) -> Answer[dict[str, Any]]:
+            upstream = deployment.config.upstream_model or deployment.config.id
+            reply = await engine.embed({**body, "model": upstream, "encoding_format": "float"})
+            usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+            prompt = int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
+            reply["model"] = answering.id
+            reply["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt}
+            return Answer(reply, prompt)
+
+        affinity = affinity_of(scope, body) if model.config.routing == "affinity" else None
+        reply = (await self._stage.call(model, EmbeddingEngine, Billing(key, "embeddings"), attempt,
+                                        affinity=affinity)).value
         if encoding == "base64":
             for item in reply["data"]:
                 if isinstance(item.get("embedding"), list):
                     item["embedding"] = as_base64(item["embedding"])
-        reply["model"] = deployment.id
-        reply["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt}
-        await self._writer.record(usage_for(key, deployment.config, "embeddings", 200, prompt, 0, started=started))
         await send_bytes(send, 200, orjson.dumps(reply), JSON_HEADERS)

@@ -16,6 +16,15 @@ from inferd.store.keys import KeyRecord
 log = logging.getLogger("inferd.api")
 
 
+def affinity_of(scope: Scope, body: dict[str, Any]) -> str | None:
+    """The routing key of `affinity` pools: the body's `user`, else the `x-session-affinity` header
+    (CONTRACT.md decision 17)."""
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return user
+    return header(scope, b"x-session-affinity") or None
+
+
 class JsonRoute:
     """Authenticates, reads the body, and hands both to `handle`."""
 
@@ -24,7 +33,8 @@ class JsonRoute:
         self.limits = limits
         self.body_clock = BodyClock()  # the app hands every route its one clock (`[limits] body_timeout_s`)
 
-    async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
+                     send: Send) -> None:
         """Answer the request (a subclass's work). Raise InferdError before the response starts;
         a route that streams handles its own errors once it has started."""
         raise NotImplementedError
@@ -35,7 +45,7 @@ class JsonRoute:
             key = await self.auth.authenticate(header(scope, b"authorization"))
             require_long_lived(key)
             body = await read_json_object(scope, receive, HOT_BODY_BYTES, self.body_clock)
-            await self.handle(key, body, receive, send)
+            await self.handle(key, body, scope, receive, send)
         except InferdError as exc:
             await send_error(send, exc)
         except ClientGone:

@@ -13,8 +13,10 @@ from fastapi import APIRouter, Request, Response
 from inferd.api.checks import check_model, is_int
 from inferd.api.deps import caller_key, services
 from inferd.auth.principal import require_long_lived
-from inferd.errors import InferdError, InvalidRequest
-from inferd.metering import usage_for
+from inferd.calls.stage import Answer, Billing
+from inferd.catalogue import Deployment, Model
+from inferd.engines.base import ImageEngine
+from inferd.errors import InvalidRequest
 from inferd.protocol.images import ImageGenerationRequest
 
 router = APIRouter(tags=["images"])
@@ -55,20 +57,19 @@ async def generate(request: Request) -> Response:
         raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
     n = check_image_request(body)
     await svc.limits.admit(key, metered=True, units=n)
-    deployment = svc.catalogue.resolve(body["model"], key)
-    deployment.require_type(("image-gen",), "image generation")
-    started = time.perf_counter()
-    payload = {**body, "model": deployment.config.upstream_model or deployment.id, "n": n,
-               "response_format": "b64_json"}
-    try:
-        reply = await deployment.engine.images(payload)  # type: ignore[attr-defined]
-    except InferdError as exc:
-        await svc.writer.record(usage_for(key, deployment.config, "images", exc.status, 0, 0, started=started))
-        raise
-    images = [{"b64_json": item["b64_json"]} for item in reply.get("data") or [] if isinstance(item, dict)
-              and isinstance(item.get("b64_json"), str)]
-    price = deployment.config.cost.image_per_generation if deployment.config.cost else None
-    await svc.writer.record(usage_for(key, deployment.config, "images", 200, 0, 0, started=started,
-                                      cost_usd=(price or 0.0) * len(images)))
-    return Response(orjson.dumps({"created": int(reply.get("created") or time.time()), "data": images}),
-                    media_type="application/json")
+    model = svc.catalogue.resolve(body["model"], key)
+    model.require_type(("image-gen",), "image generation")
+
+    async def attempt(engine: ImageEngine, deployment: Deployment, answering: Model) -> Answer[dict[str, Any]]:
+        upstream = deployment.config.upstream_model or deployment.config.id
+        reply = await engine.images({**body, "model": upstream, "n": n, "response_format": "b64_json"})
+        images = [{"b64_json": item["b64_json"]} for item in reply.get("data") or [] if isinstance(item, dict)
+                  and isinstance(item.get("b64_json"), str)]
+        price = deployment.config.cost.image_per_generation if deployment.config.cost else None
+        return Answer({"created": int(reply.get("created") or time.time()), "data": images},
+                      cost_usd=(price or 0.0) * len(images))
+
+    affinity = request.headers.get("x-session-affinity") if model.config.routing == "affinity" else None
+    metered = await svc.stage.call(model, ImageEngine, Billing(key, "images"), attempt,
+                                   affinity=body.get("user") or affinity)
+    return Response(orjson.dumps(metered.value), media_type="application/json")

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import math
-import time
 import uuid
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
-from inferd.api.asgi import JSON_HEADERS, Receive, Send, send_bytes
+from inferd.api.asgi import JSON_HEADERS, Receive, Scope, Send, send_bytes
 from inferd.api.checks import check_model
-from inferd.api.hot import JsonRoute
+from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
-from inferd.catalogue import ModelCatalogue
+from inferd.calls.stage import Answer, Billing, CallStage
+from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import RerankEngine
-from inferd.errors import EngineError, InferdError, InvalidRequest
+from inferd.errors import EngineError, InvalidRequest
 from inferd.limits.base import Limits
-from inferd.metering import UsageWriter, usage_for
 from inferd.store.keys import KeyRecord
 
 
@@ -48,45 +47,46 @@ def _scores_in_unit_range(results: list[dict[str, Any]]) -> None:
 
 
 class RerankRoute(JsonRoute):
-    """validate -> limits -> catalogue -> engine -> usage row (workspace rerank)."""
+    """validate -> limits -> catalogue -> call stage (deployment, failover, usage row in workspace rerank)."""
 
-    def __init__(self, auth: Authenticator, limits: Limits, catalogue: ModelCatalogue, writer: UsageWriter) -> None:
+    def __init__(self, auth: Authenticator, limits: Limits, catalogue: ModelCatalogue, stage: CallStage) -> None:
         super().__init__(auth, limits)
         self._catalogue = catalogue
-        self._writer = writer
+        self._stage = stage
 
-    async def handle(self, key: KeyRecord, body: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
+                     send: Send) -> None:
         """Score and sort the documents."""
         check_rerank(body)
         await self.limits.admit(key, metered=True)
-        deployment = self._catalogue.resolve(body["model"], key)
-        deployment.require_type(("reranker",), "rerank")
+        model = self._catalogue.resolve(body["model"], key)
+        model.require_type(("reranker",), "rerank")
         documents: list[str] = body["documents"]
         top_n = min(body.get("top_n") or len(documents), len(documents))
-        started = time.perf_counter()
-        engine = cast(RerankEngine, deployment.engine)
-        payload = {"model": deployment.config.upstream_model or deployment.id, "query": body["query"],
-                   "documents": documents, "top_n": top_n}
-        try:
-            reply = await engine.rerank(payload)
-            results = [{"index": int(r["index"]), "relevance_score": float(r["relevance_score"])}
-                       for r in reply["results"]]
+
+        async def attempt(engine: RerankEngine, deployment: Deployment, answering: Model
+                          ) -> Answer[list[dict[str, Any]]]:
+            upstream = deployment.config.upstream_model or deployment.config.id
+            reply = await engine.rerank({"model": upstream, "query": body["query"], "documents": documents,
+                                         "top_n": top_n})
+            try:
+                results = [{"index": int(r["index"]), "relevance_score": float(r["relevance_score"])}
+                           for r in reply["results"]]
+            except (KeyError, TypeError, ValueError):
+                raise EngineError("The model's engine gave an unreadable rerank answer") from None
             if any(not 0 <= r["index"] < len(documents) for r in results):
                 raise EngineError("The model's engine answered an index outside the documents")
-        except (KeyError, TypeError, ValueError):
-            error = EngineError("The model's engine gave an unreadable rerank answer")
-            await self._writer.record(usage_for(key, deployment.config, "rerank", error.status, 0, 0, started=started))
-            raise error from None
-        except InferdError as exc:
-            await self._writer.record(usage_for(key, deployment.config, "rerank", exc.status, 0, 0, started=started))
-            raise
+            usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+            return Answer(results, int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0))
+
+        affinity = affinity_of(scope, body) if model.config.routing == "affinity" else None
+        metered = await self._stage.call(model, RerankEngine, Billing(key, "rerank"), attempt, affinity=affinity)
+        results = metered.value
         _scores_in_unit_range(results)
         results.sort(key=lambda r: r["relevance_score"], reverse=True)
         for r in results:
             r["document"] = {"text": documents[r["index"]]}
-        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
-        prompt = int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
-        await self._writer.record(usage_for(key, deployment.config, "rerank", 200, prompt, 0, started=started))
-        answer = {"id": f"rerank-{uuid.uuid4().hex}", "model": deployment.id, "results": results[:top_n],
+        prompt = metered.usage.prompt_tokens
+        answer = {"id": f"rerank-{uuid.uuid4().hex}", "model": metered.model.id, "results": results[:top_n],
                   "usage": {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}}
         await send_bytes(send, 200, orjson.dumps(answer), JSON_HEADERS)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator, Protocol, runtime_checkable
 
 import orjson
 
@@ -18,14 +18,25 @@ class TokenCount:
 
 
 class Engine(Protocol):
-    """A model backend. Payloads are OpenAI-shaped dicts with `model` already set for upstream.
+    """What every engine is: something holding connections or memory until closed. What it can do
+    is the capability protocols below; a deployment hands out its engine as the one its model's
+    type needs (`inferd.catalogue.Deployment.serving`).
 
-    `chat` returns the completion object; `chat_stream` yields lists of SSE event data (the JSON
-    bytes of one chunk each: every event that arrived together, so a busy relay handles them in
-    one go) and stops at `[DONE]`; closing the iterator aborts the generation.
-    Failures raise `inferd.errors` exceptions: RelayedError for the model's own rejections,
-    EngineTimeout / EngineUnavailable / EngineError otherwise.
-    """
+    Payloads are OpenAI-shaped dicts with `model` already set for upstream. Failures raise
+    `inferd.errors` exceptions: RelayedError for the model's own rejections, EngineTimeout /
+    EngineUnavailable / EngineError otherwise (the call stage fails over on those, and on 429)."""
+
+    async def close(self) -> None:
+        """Release connections and memory."""
+
+
+@runtime_checkable
+class ChatEngine(Engine, Protocol):
+    """An engine serving `chat` and `vision-chat` models.
+
+    `chat_stream` yields lists of SSE event data (the JSON bytes of one chunk each: every event
+    that arrived together, so a busy relay handles them in one go) and stops at `[DONE]`; closing
+    the iterator aborts the generation."""
 
     base_parameters: tuple[str, ...]
 
@@ -38,8 +49,55 @@ class Engine(Protocol):
     async def count_tokens(self, payload: dict[str, Any]) -> TokenCount:
         """The prompt tokens `payload` would be billed, as the chat template renders it."""
 
-    async def close(self) -> None:
-        """Release connections and memory."""
+
+@runtime_checkable
+class EmbeddingEngine(Engine, Protocol):
+    """An engine serving `embeddings` models."""
+
+    async def embed(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The OpenAI embeddings response (`data[].embedding` as floats, `usage.prompt_tokens`)."""
+
+
+@runtime_checkable
+class RerankEngine(Engine, Protocol):
+    """An engine serving `reranker` models."""
+
+    async def rerank(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`{results: [{index, relevance_score}], usage?}` for `{model, query, documents, top_n}`."""
+
+
+@runtime_checkable
+class SpeechEngine(Engine, Protocol):
+    """An engine serving `tts` models."""
+
+    async def speech(self, payload: dict[str, Any]) -> tuple[bytes, str]:
+        """(audio bytes, content type) for an OpenAI speech request."""
+
+    async def voices(self) -> Any:
+        """The voices the engine offers, as it lists them."""
+
+
+@runtime_checkable
+class TranscriptionEngine(Engine, Protocol):
+    """An engine serving `asr` models."""
+
+    async def transcribe(self, path: str, filename: str, fields: dict[str, str]) -> dict[str, Any]:
+        """`{text, language?, duration?, segments?, body?}` for the audio file at `path`."""
+
+
+@runtime_checkable
+class ImageEngine(Engine, Protocol):
+    """An engine serving `image-gen` models."""
+
+    async def images(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The OpenAI images response for a generation request."""
+
+
+# What each model type's deployments must serve (types not listed: ocr models, served by nothing yet).
+CAPABILITY_OF_TYPE: dict[str, type[Engine]] = {
+    "chat": ChatEngine, "vision-chat": ChatEngine, "embeddings": EmbeddingEngine, "reranker": RerankEngine,
+    "tts": SpeechEngine, "asr": TranscriptionEngine, "image-gen": ImageEngine,
+}
 
 
 def _text_bytes(content: Any) -> int:
@@ -81,17 +139,3 @@ def estimate_tokens(payload: dict[str, Any]) -> int:
     if payload.get("tools"):
         total += 16 + len(orjson.dumps(payload["tools"])) // 4
     return total
-
-
-class EmbeddingEngine(Protocol):
-    """An engine serving `embeddings` models."""
-
-    async def embed(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The OpenAI embeddings response (`data[].embedding` as floats, `usage.prompt_tokens`)."""
-
-
-class RerankEngine(Protocol):
-    """An engine serving `reranker` models."""
-
-    async def rerank(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """`{results: [{index, relevance_score}], usage?}` for `{model, query, documents, top_n}`."""

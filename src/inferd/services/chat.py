@@ -7,17 +7,16 @@ billed the same way wherever it comes from.
 from __future__ import annotations
 
 import asyncio
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import orjson
 
 from inferd.api.checks import check_reasoning_effort
-from inferd.catalogue import CHAT_TYPES, Deployment, ModelCatalogue
-from inferd.engines.base import estimate_tokens, prompt_upper_bound
+from inferd.calls.stage import Answer, Billing, CallStage, Metered, StreamLease
+from inferd.catalogue import CHAT_TYPES, Deployment, Model, ModelCatalogue
+from inferd.engines.base import ChatEngine, estimate_tokens, prompt_upper_bound
 from inferd.errors import InferdError, InvalidRequest
-from inferd.metering import UsageWriter, usage_for
 from inferd.store.keys import KeyRecord
 
 CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
@@ -30,16 +29,27 @@ class ChatCall:
     """One chat request on its way through the corridor."""
 
     key: KeyRecord
-    deployment: Deployment
-    payload: dict[str, Any]  # the body sent upstream
+    model: Model
+    payload: dict[str, Any]  # the body sent upstream (`model`: the first deployment's; `payload_for` each)
     metadata: dict[str, str] | None
     workspace: str = "chat"
     price_factor: float = 1.0
-    started: float = field(default_factory=time.perf_counter)
     prompt_count: int | None = None
+    affinity: str | None = None  # the routing key of `affinity` pools (CONTRACT.md 17)
+
+    @property
+    def billing(self) -> Billing:
+        """Who pays, in which workspace, at which rate."""
+        return Billing(self.key, self.workspace, self.price_factor, self.metadata)
+
+    def payload_for(self, deployment: Deployment) -> dict[str, Any]:
+        """The upstream body for one deployment: its own upstream model name (`payload` itself when
+        it already names it, as it does for the first deployment: no copy on the hot path)."""
+        name = deployment.config.upstream_model or deployment.config.id
+        return self.payload if self.payload.get("model") == name else {**self.payload, "model": name}
 
 
-def apply_thinking(deployment: Deployment, payload: dict[str, Any]) -> None:
+def apply_thinking(deployment: Model, payload: dict[str, Any]) -> None:
     """Normalise `reasoning_effort` and apply the model's thinking mode (CONTRACT.md `thinking`)."""
     effort = check_reasoning_effort(payload)
     mode = deployment.config.thinking
@@ -75,34 +85,49 @@ def _with_reasoning(holder: dict[str, Any]) -> None:
 
 
 class ChatService:
-    """Routes, runs and meters chat completions."""
+    """Routes, runs and meters chat completions through the call stage."""
 
-    def __init__(self, catalogue: ModelCatalogue, writer: UsageWriter) -> None:
+    def __init__(self, catalogue: ModelCatalogue, stage: CallStage) -> None:
         self._catalogue = catalogue
-        self._writer = writer
+        self._stage = stage
 
     def open(self, body: dict[str, Any], key: KeyRecord, *, workspace: str = "chat",
-             price_factor: float = 1.0, metadata: dict[str, str] | None = None) -> ChatCall:
+             price_factor: float = 1.0, metadata: dict[str, str] | None = None,
+             affinity: str | None = None) -> ChatCall:
         """Resolve the model and build the upstream payload (metadata never goes upstream)."""
-        deployment = self._catalogue.resolve(body["model"], key)
-        deployment.require_type(CHAT_TYPES, "chat completions")
+        model = self._catalogue.resolve(body["model"], key)
+        model.require_type(CHAT_TYPES, "chat completions")
         payload = dict(body)
         payload.pop("metadata", None)
-        payload["model"] = deployment.config.upstream_model or deployment.id
+        first = model.deployments[0].config
+        payload["model"] = first.upstream_model or first.id
         if payload.get("top_p") is None:
             payload["top_p"] = 1.0  # the spec's default, whatever the engine's own would be
-        apply_thinking(deployment, payload)
+        apply_thinking(model, payload)
         if payload.get("stream"):
             options = payload.get("stream_options")
             # Ask for usage even when the client did not: the final chunk must carry it.
             payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-        return ChatCall(key, deployment, payload, metadata, workspace, price_factor)
+        user = body.get("user")
+        return ChatCall(key, model, payload, metadata, workspace, price_factor,
+                        affinity=user if isinstance(user, str) and user else affinity)
+
+    async def count(self, call: ChatCall) -> int:
+        """The prompt's exact size, from a deployment of the model (failing over, never metered)."""
+        async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> int:
+            return (await engine.count_tokens(call.payload_for(deployment))).input_tokens
+
+        return await self._stage.unmetered(call.model, ChatEngine, call.key, attempt, affinity=call.affinity)
+
+    async def count_payload(self, model: Model, key: KeyRecord, payload: dict[str, Any]) -> int:
+        """The exact prompt tokens of a chat payload on `model` (never metered)."""
+        return await self.count(ChatCall(key, model, payload, None))
 
     async def fit_context(self, call: ChatCall) -> None:
         """400 when the prompt overflows the window; cap max_tokens at the room left.
 
         A count is taken only when the cheap upper bound cannot rule both out."""
-        window = call.deployment.config.context_length
+        window = call.model.config.context_length
         if window is None:
             return
         payload = call.payload
@@ -111,60 +136,62 @@ class ChatService:
         bound = prompt_upper_bound(payload)
         if bound + (max_tokens or 0) <= window or (max_tokens is None and bound < window):
             return
-        count = (await call.deployment.engine.count_tokens(payload)).input_tokens
+        count = await self.count(call)
         call.prompt_count = count
         if count >= window:
             raise InvalidRequest(f"messages: the prompt is {count} tokens, which exceeds the {window}-token "
-                                 f"context window of model '{call.deployment.id}'", code="context_length_exceeded",
+                                 f"context window of model '{call.model.id}'", code="context_length_exceeded",
                                  param="messages")
         if isinstance(max_tokens, int) and count + max_tokens > window:
             payload[limit_field] = window - count
 
-    async def _meter(self, call: ChatCall, status: int, prompt: int, completion: int, cached: int) -> None:
-        await self._writer.record(usage_for(call.key, call.deployment.config, call.workspace, status, prompt,
-                                            completion, started=call.started, cached=cached, metadata=call.metadata,
-                                            price_factor=call.price_factor))
-
-    async def _prompt_tokens(self, call: ChatCall) -> int:
+    async def prompt_tokens(self, call: ChatCall, engine: ChatEngine, deployment: Deployment) -> int:
         """The prompt's size when the engine reported none (estimate if counting fails)."""
         if call.prompt_count is not None:
             return call.prompt_count
         try:
-            return (await asyncio.wait_for(call.deployment.engine.count_tokens(call.payload), 10)).input_tokens
+            return (await asyncio.wait_for(engine.count_tokens(call.payload_for(deployment)), 10)).input_tokens
         except (InferdError, asyncio.TimeoutError):
             return estimate_tokens(call.payload)
 
-    async def complete(self, call: ChatCall) -> dict[str, Any]:
-        """A blocking completion, metered (committed) before it is returned."""
-        self._writer.active += 1
-        try:
-            return await self._complete(call)
-        finally:
-            self._writer.active -= 1
+    async def complete(self, call: ChatCall, *, record: bool = True) -> Metered[dict[str, Any]]:
+        """A blocking completion and its usage, metered (committed, unless `record` is False: then
+        the caller commits `usage`) before it is returned."""
+        async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> Answer[dict[str, Any]]:
+            body = await engine.chat(call.payload_for(deployment))
+            numbers = _usage_numbers(body.get("usage"))
+            if numbers is None:
+                text = "".join(str((c.get("message") or {}).get("content") or "") for c in body["choices"]
+                               if isinstance(c, dict))
+                numbers = (await self.prompt_tokens(call, engine, deployment), (len(text.encode()) + 3) // 4, 0)
+                body["usage"] = {"prompt_tokens": numbers[0], "completion_tokens": numbers[1],
+                                 "total_tokens": numbers[0] + numbers[1]}
+            body["model"] = model.id
+            for choice in body["choices"]:
+                if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+                    _with_reasoning(choice["message"])
+            return Answer(body, *numbers)
 
-    async def _complete(self, call: ChatCall) -> dict[str, Any]:
-        try:
-            body = await call.deployment.engine.chat(call.payload)
-        except InferdError as exc:
-            await self._meter(call, exc.status, 0, 0, 0)
-            raise
-        numbers = _usage_numbers(body.get("usage"))
-        if numbers is None:
-            text = "".join(str((c.get("message") or {}).get("content") or "") for c in body["choices"]
-                           if isinstance(c, dict))
-            numbers = (await self._prompt_tokens(call), (len(text.encode()) + 3) // 4, 0)
-            body["usage"] = {"prompt_tokens": numbers[0], "completion_tokens": numbers[1],
-                             "total_tokens": numbers[0] + numbers[1]}
-        body["model"] = call.deployment.id
-        for choice in body["choices"]:
-            if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
-                _with_reasoning(choice["message"])
-        await self._meter(call, 200, *numbers)
-        return body
+        return await self._stage.call(call.model, ChatEngine, call.billing, attempt, affinity=call.affinity,
+                                      record=record)
 
     def stream(self, call: ChatCall) -> AsyncIterator[bytes]:
-        """SSE frames for a streamed completion; the row is committed before `data: [DONE]`."""
+        """SSE frames for a streamed completion; the row is committed before `data: [DONE]`.
+        Errors before the first frame propagate as exceptions (after failover)."""
         return _StreamRelay(self, call).frames()
+
+    def chunks(self, call: ChatCall) -> AsyncIterator[dict[str, Any]]:
+        """The same stream as parsed chunks, for callers inside the server (generate turns); the
+        usage row is committed before the iterator ends, and an error after the first chunk comes
+        as a chunk holding `error`."""
+        return _StreamRelay(self, call).chunks()
+
+    async def open_stream(self, call: ChatCall) -> StreamLease:
+        """The call stage's stream for `call`: started on the first deployment that answered."""
+        return await self._stage.open_stream(
+            call.model, call.billing,
+            lambda engine, deployment, model: engine.chat_stream(call.payload_for(deployment)),
+            affinity=call.affinity)
 
 
 class _StreamRelay:
@@ -173,15 +200,18 @@ class _StreamRelay:
     def __init__(self, service: ChatService, call: ChatCall) -> None:
         self._service = service
         self._call = call
-        upstream_name = call.payload["model"]
         self._rename: tuple[tuple[bytes, bytes], ...] = ()
-        if upstream_name != call.deployment.id:
-            old, new = orjson.dumps(upstream_name), orjson.dumps(call.deployment.id)
-            self._rename = ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))
         self._usage: tuple[int, int, int] | None = None
         self._deltas = 0
-        self._metered = False
+        self._lease: StreamLease | None = None
         self._chunk_head: dict[str, Any] | None = None  # id and created of the first chunk
+
+    def _renaming(self, lease: StreamLease) -> None:
+        """Chunks name the upstream model; the client sees the model that answered."""
+        upstream_name = lease.deployment.config.upstream_model or lease.deployment.config.id
+        if upstream_name != lease.model.id:
+            old, new = orjson.dumps(upstream_name), orjson.dumps(lease.model.id)
+            self._rename = ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))
 
     def _transform(self, data: bytes) -> bytes:
         if self._chunk_head is None:
@@ -210,48 +240,76 @@ class _StreamRelay:
                 data = orjson.dumps(chunk)
             except (orjson.JSONDecodeError, AttributeError):
                 pass
-        return b"data: " + data + b"\n\n"
+        return data
 
-    async def _meter(self, status: int) -> None:
-        self._metered = True
+    async def _meter(self, lease: StreamLease, status: int) -> None:
         if self._usage is None:
             # Interrupted or usage-less streams: each delta carried about one token.
-            self._usage = (await self._service._prompt_tokens(self._call), self._deltas, 0)
-        await self._service._meter(self._call, status, *self._usage)
+            engine = lease.deployment.serving(ChatEngine)
+            self._usage = (await self._service.prompt_tokens(self._call, engine, lease.deployment), self._deltas, 0)
+        await lease.finish(status, *self._usage)
 
-    def _usage_frame(self) -> bytes:
+    def _usage_chunk(self, lease: StreamLease) -> bytes:
         """The final usage chunk, for an upstream that sent none."""
         assert self._usage is not None
         prompt, completion, _ = self._usage
-        chunk = {**(self._chunk_head or {}), "object": "chat.completion.chunk", "model": self._call.deployment.id,
+        chunk = {**(self._chunk_head or {}), "object": "chat.completion.chunk", "model": lease.model.id,
                  "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                                           "total_tokens": prompt + completion}}
-        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        return orjson.dumps(chunk)
 
-    async def frames(self) -> AsyncIterator[bytes]:
-        """The frames to send; errors before the first frame propagate as exceptions."""
-        events = self._call.deployment.engine.chat_stream(self._call.payload)
-        started = False
-        writer = self._service._writer
-        writer.active += 1
+    def frames(self) -> AsyncIterator[bytes]:
+        """The SSE frames to send, the usage chunk (when the upstream sent none) and `data: [DONE]`
+        last, or an error frame when the stream broke after it started. Errors before the first
+        frame propagate as exceptions (already metered by the call stage)."""
+        return self._relay(True)
+
+    async def chunks(self) -> AsyncIterator[dict[str, Any]]:
+        """The same stream as parsed chunks (an error as `{"error": ...}`, no `[DONE]`), for callers
+        inside the server: the chunks' JSON is parsed once, never wrapped as SSE and split again."""
+        batches = self._relay(False)
         try:
-            async for batch in events:
-                started = True
-                yield b"".join([self._transform(data) for data in batch])
-            reported = self._usage is not None
-            await self._meter(200)
-            yield b"data: [DONE]\n\n" if reported else self._usage_frame() + b"data: [DONE]\n\n"
-        except InferdError as exc:
-            if not started:  # nothing produced: the failed call costs nothing
-                self._metered = True
-                await self._service._meter(self._call, exc.status, 0, 0, 0)
-                raise
-            if not self._metered:
-                await self._meter(exc.status)
-            error = {"message": exc.message, "type": "engine_error", "code": exc.code}
-            yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+            async for batch in batches:
+                for data in batch:
+                    yield orjson.loads(data)
         finally:
-            await events.aclose()  # type: ignore[attr-defined]
-            if not self._metered:  # the client went away: bill what was produced
-                await self._meter(CLIENT_CLOSED)
-            writer.active -= 1
+            await batches.aclose()  # type: ignore[attr-defined]
+
+    async def _relay(self, sse: bool) -> AsyncIterator[Any]:
+        """One generator for both shapes (a relay layered on another costs every hot-path stream a
+        generator hop per batch): SSE bytes when `sse`, else lists of chunk JSON bytes."""
+        lease = self._lease = await self._service.open_stream(self._call)
+        self._renaming(lease)
+        transform = self._transform
+        metered = False
+        try:
+            try:
+                batch = lease.first
+                while True:
+                    if sse:
+                        yield b"".join([b"data: " + transform(data) + b"\n\n" for data in batch])
+                    else:
+                        yield [transform(data) for data in batch]
+                    try:
+                        batch = await lease.events.__anext__()
+                    except StopAsyncIteration:
+                        break
+                reported = self._usage is not None
+                metered = True
+                await self._meter(lease, 200)
+                if sse:
+                    yield b"data: [DONE]\n\n" if reported else (
+                        b"data: " + self._usage_chunk(lease) + b"\n\ndata: [DONE]\n\n")
+                elif not reported:
+                    yield [self._usage_chunk(lease)]
+            except InferdError as exc:
+                if not metered:
+                    metered = True
+                    await self._meter(lease, exc.status)
+                error = orjson.dumps({"error": {"message": exc.message, "type": "engine_error", "code": exc.code}})
+                yield b"data: " + error + b"\n\n" if sse else [error]
+        finally:
+            await lease.events.aclose()  # type: ignore[attr-defined]
+            if not metered:  # the client went away: bill what was produced
+                await self._meter(lease, CLIENT_CLOSED)
+            lease.release()

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 import orjson
 
-from inferd.catalogue import CHAT_TYPES, Deployment
+from inferd.catalogue import CHAT_TYPES, Model
 from inferd.errors import InferdError, NotFound
 from inferd.services import grounding, retrieval
 from inferd.store.conversations import Access, NewMessage
@@ -112,29 +112,18 @@ class StepOutput:
         return [c for c in calls if c["function"]["name"]]
 
 
-def _events(raw: bytes) -> list[dict[str, Any] | None]:
-    """The JSON events of relayed SSE bytes (None for `[DONE]`)."""
-    events: list[dict[str, Any] | None] = []
-    for frame in raw.split(b"\n\n"):
-        if not frame.startswith(b"data: "):
-            continue
-        data = frame[6:].strip()
-        events.append(None if data == b"[DONE]" else orjson.loads(data))
-    return events
-
-
 class GenerateTurn:
     """A checked generate request, ready to stream."""
 
     def __init__(self, svc: "Services", key: KeyRecord, access: Access, question: dict[str, Any],
-                 history: list[dict[str, Any]], deployment: Deployment, model: str, thinking: bool,
+                 history: list[dict[str, Any]], resolved: Model, model: str, thinking: bool,
                  has_sources: bool) -> None:
         self._svc = svc
         self._key = key
         self._access = access
         self._question = question
         self._history = history
-        self._deployment = deployment
+        self._resolved = resolved
         self._model = model
         self._thinking = thinking
         self._has_sources = has_sources
@@ -222,7 +211,9 @@ class GenerateTurn:
             found = await retrieval.retrieve(self._svc, self._key, self._conversation_id, queries,
                                              self._retrieval_top_k)
             excerpts = await grounding.condense(self._svc, self._key, question, found, self._retrieval_tokens)
-            excerpts = await grounding.fit_passages(self._deployment, messages, question, excerpts)
+            excerpts = await grounding.fit_passages(
+                self._resolved, lambda payload: self._svc.chat.count_payload(self._resolved, self._key, payload),
+                messages, question, excerpts)
         except InferdError as exc:
             log.warning("retrieval failed in conversation %s: %s", self._conversation_id, exc.message)
             row_id = await self._save(NewMessage(
@@ -253,7 +244,7 @@ class GenerateTurn:
         citations = [passages[n - 1].reference(n) for n in numbers]
         final = await self._save(NewMessage(
             role="assistant", message=answer, user_id=self._user_id,
-            reasoning_content="".join(output.reasoning) or None, model_name=self._deployment.id,
+            reasoning_content="".join(output.reasoning) or None, model_name=self._resolved.id,
             finish_reason=finish, turn_id=self._turn_id, metadata={"citations": citations} if passages else None))
         frame: dict[str, Any] = {"type": "message", "message_id": final, "finish_reason": finish,
                                  "turn_id": self._turn_id}
@@ -262,7 +253,7 @@ class GenerateTurn:
         await emit(sse(frame))
 
     def _tools_capable(self) -> bool:
-        return "tools" in self._deployment.config.capabilities
+        return "tools" in self._resolved.config.capabilities
 
     async def _step(self, messages: list[dict[str, Any]], offer_tools: bool,
                     emit: Callable[[bytes], Awaitable[None]], grounded: bool = False) -> StepOutput | None:
@@ -273,32 +264,30 @@ class GenerateTurn:
         if offer_tools:
             body["tools"] = [retrieval.SEARCH_SOURCES_TOOL]
             body["tool_choice"] = "auto"
-        if not self._thinking and self._deployment.config.thinking == "hybrid":
+        if not self._thinking and self._resolved.config.thinking == "hybrid":
             body["reasoning_effort"] = "off"
-        call = self._svc.chat.open(body, self._key, workspace=WORKSPACE)
+        # A conversation keeps its deployment in an `affinity` pool (the engine's prefix cache holds it).
+        call = self._svc.chat.open(body, self._key, workspace=WORKSPACE, affinity=f"conversation:{self._conversation_id}")
         await self._svc.chat.fit_context(call)
         output = StepOutput()
-        async with aclosing(self._svc.chat.stream(call)) as relayed:  # type: ignore[type-var]
-            async for raw in relayed:
-                for event in _events(raw):
-                    if event is None:
-                        continue
-                    if "error" in event:
-                        await emit(sse({"error": event["error"]}))
-                        return None
-                    for choice in event.get("choices") or ():
-                        delta = choice.get("delta") or {}
-                        if delta.get("content"):
-                            output.content.append(delta["content"])
-                            await emit(sse({"chunk": delta["content"]}))
-                        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-                        if reasoning:
-                            output.reasoning.append(reasoning)
-                            await emit(sse({"type": "reasoning", "chunk": reasoning}))
-                        for tool_delta in delta.get("tool_calls") or ():
-                            output.add_tool_delta(tool_delta)
-                        if choice.get("finish_reason"):
-                            output.finish_reason = choice["finish_reason"]
+        async with aclosing(self._svc.chat.chunks(call)) as chunks:  # type: ignore[type-var]
+            async for event in chunks:
+                if "error" in event:
+                    await emit(sse({"error": event["error"]}))
+                    return None
+                for choice in event.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    if delta.get("content"):
+                        output.content.append(delta["content"])
+                        await emit(sse({"chunk": delta["content"]}))
+                    reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+                    if reasoning:
+                        output.reasoning.append(reasoning)
+                        await emit(sse({"type": "reasoning", "chunk": reasoning}))
+                    for tool_delta in delta.get("tool_calls") or ():
+                        output.add_tool_delta(tool_delta)
+                    if choice.get("finish_reason"):
+                        output.finish_reason = choice["finish_reason"]
         return output
 
     async def _tool_step(self, output: StepOutput, calls: list[dict[str, Any]], messages: list[dict[str, Any]],
@@ -309,7 +298,7 @@ class GenerateTurn:
         content = "".join(output.content)
         await self._save(NewMessage(role="assistant", message=content, user_id=self._user_id,
                                     reasoning_content="".join(output.reasoning) or None,
-                                    model_name=self._deployment.id, finish_reason="tool_calls",
+                                    model_name=self._resolved.id, finish_reason="tool_calls",
                                     turn_id=self._turn_id, tool_calls=calls))
         messages.append({"role": "assistant", "content": content or None, "tool_calls": calls})
         for call in calls:
@@ -361,7 +350,7 @@ class GenerateTurn:
             {"role": "system", "content": TITLE_PROMPT}, {"role": "user", "content": self._question["message"][:2000]}]}
         try:
             call = self._svc.chat.open(body, self._key, workspace=WORKSPACE)
-            reply = await self._svc.chat.complete(call)
+            reply = (await self._svc.chat.complete(call)).value
             text = str(reply["choices"][0]["message"].get("content") or "")
         except (InferdError, KeyError, IndexError) as exc:
             log.warning("no title for conversation %s: %s", self._conversation_id, exc)
@@ -380,9 +369,9 @@ async def prepare_turn(svc: "Services", key: KeyRecord, conversation_id: int, me
     question = await store.message(conversation_id, message_id)
     if question is None or question["user_id"] != key.user_id or question["role"] != "user":
         raise NotFound("message_id is not a saved message of yours in this conversation", code="message_not_found")
-    deployment = svc.catalogue.resolve(model, key)
-    deployment.require_type(CHAT_TYPES, "conversation generate")
+    resolved = svc.catalogue.resolve(model, key)
+    resolved.require_type(CHAT_TYPES, "conversation generate")
     history = await store.ancestry(conversation_id, message_id, HISTORY_ROWS)
     sources = svc.conversations.sources
     has_sources = bool(sources is not None and (await sources.counts([conversation_id])).get(conversation_id))
-    return GenerateTurn(svc, key, access, question, history, deployment, model, thinking, has_sources)
+    return GenerateTurn(svc, key, access, question, history, resolved, model, thinking, has_sources)

@@ -21,11 +21,11 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 import numpy as np
 
-from inferd.catalogue import Deployment
+from inferd.catalogue import Model
 from inferd.engines.base import prompt_upper_bound
 from inferd.services.retrieval import Passage, embed_queries, query_terms
 from inferd.store.keys import KeyRecord
@@ -289,11 +289,12 @@ def retrieval_queries(history: Sequence[dict[str, Any]], question: str) -> list[
     return queries
 
 
-async def fit_passages(deployment: Deployment, messages: list[dict[str, Any]], question: str,
-                       passages: list[Excerpt]) -> list[Excerpt]:
+async def fit_passages(model: Model, count: Callable[[dict[str, Any]], Awaitable[int]],
+                       messages: list[dict[str, Any]], question: str, passages: list[Excerpt]) -> list[Excerpt]:
     """The leading passages that fit, with the rest of `messages` (whose last is the question), in
-    the model's window with ANSWER_ROOM to spare; none when even one does not fit."""
-    window = deployment.config.context_length
+    the model's window with ANSWER_ROOM to spare; none when even one does not fit. `count` gives a
+    payload's exact prompt tokens (the engine's), asked only when the cheap bound cannot tell."""
+    window = model.config.context_length
     if window is None:
         return passages
     kept = list(passages)
@@ -301,8 +302,7 @@ async def fit_passages(deployment: Deployment, messages: list[dict[str, Any]], q
         payload = {"messages": [*messages[:-1], {"role": "user", "content": grounded_question(question, kept)}]}
         if prompt_upper_bound(payload) + ANSWER_ROOM <= window:
             return kept
-        counted = (await deployment.engine.count_tokens(payload)).input_tokens
-        if counted + ANSWER_ROOM <= window:
+        if await count(payload) + ANSWER_ROOM <= window:
             return kept
         kept.pop()
     return kept

@@ -14,15 +14,14 @@ chunk ranked well by both beats one ranked first by either alone.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from inferd.config import MAX_RETRIEVAL_TOP_K
-from inferd.metering import usage_for
-from inferd.services.ingest.embed import EmbeddingFailed, embed_texts, embedding_deployment
+from inferd.calls.stage import Billing
+from inferd.services.ingest.embed import embed_texts, embedding_model_of
 from inferd.services.ingest.service import WORKSPACE, embedding_model
 from inferd.store import sources as store
 from inferd.store.keys import KeyRecord
@@ -129,17 +128,8 @@ def fuse(rankings: Sequence[tuple[Sequence[int], float]], k: int = RRF_K) -> lis
 
 async def embed_queries(svc: "Services", key: KeyRecord, texts: list[str]) -> np.ndarray:
     """The texts' unit vectors, billed to the key as one embeddings call in workspace `conversations`."""
-    deployment = embedding_deployment(svc.catalogue, embedding_model(svc), key)
-    started = time.perf_counter()
-    try:
-        embedded = await embed_texts(deployment, texts)
-    except EmbeddingFailed as exc:
-        await svc.writer.record(usage_for(key, deployment.config, WORKSPACE, exc.engine_status, 0, 0,
-                                          started=started))
-        raise
-    await svc.writer.record(usage_for(key, deployment.config, WORKSPACE, 200, embedded.prompt_tokens, 0,
-                                      started=started))
-    return embedded.vectors
+    embedder = embedding_model_of(svc.catalogue, embedding_model(svc), key)
+    return (await embed_texts(svc.stage, Billing(key, WORKSPACE), embedder, texts)).vectors
 
 
 async def retrieve(svc: "Services", key: KeyRecord, conversation_id: int, queries: Sequence[tuple[str, float]],

@@ -13,14 +13,12 @@ from typing import Any, Iterable
 
 import orjson
 from sqlalchemy import Connection, Engine, bindparam, create_engine, exists, func, insert, or_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.db import utcnow
-from inferd.store.tables import api_keys, batch_lines, batches, files, key_spend, usage_rows
-from inferd.store.usage import rollup_deltas, rollup_upsert
+from inferd.store.tables import api_keys, batch_lines, batches, files
+from inferd.store.usage_write import UsageWrites, spend_amounts
 
 LIVE = ("validating", "in_progress", "finalizing", "cancelling")
 TERMINAL = ("completed", "failed", "expired", "cancelled")
@@ -54,8 +52,7 @@ class BatchRepository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._pg = engine.dialect.name == "postgresql"
-        self._upsert = pg_insert if self._pg else sqlite_insert
-        self._rollup = rollup_upsert(engine.dialect.name)
+        self._usage = UsageWrites(engine.dialect.name)
         self._inline: Engine | None = None
         if not self._pg and engine.url.database and engine.url.database != ":memory:":
             self._inline = create_engine(f"sqlite:///{engine.url.database}", connect_args={"timeout": 0})
@@ -254,21 +251,10 @@ class BatchRepository:
             conn.execute(self._record_line, [{"b_batch": batch_id, "b_line": line.line_no, "b_state": line.state,
                                               "b_result": line.result.decode()} for line in todo])
         rows = [line.usage_row for line in todo if line.usage_row is not None]
-        amounts: dict[tuple[str, str], float] = {}
-        if rows:  # as the usage writer commits them: rows, the daily rollup, the spend
-            conn.execute(insert(usage_rows), rows)
-            conn.execute(self._rollup, rollup_deltas(rows))
-            for row in rows:
-                if row["cost_usd"]:
-                    created = row["created_at"]
-                    slot = (row["key_id"], f"{created.year:04d}-{created.month:02d}")
-                    amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
-            if amounts:
-                stmt = self._upsert(key_spend)
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=[key_spend.c.key_id, key_spend.c.month],
-                    set_={"spend_usd": key_spend.c.spend_usd + stmt.excluded.spend_usd})
-                conn.execute(stmt, [{"key_id": k, "month": m, "spend_usd": c} for (k, m), c in amounts.items()])
+        amounts = spend_amounts(rows)
+        if rows:  # as the usage writer commits them: rows, the rollups, the spend
+            for statement, parameters in self._usage.writes(rows, amounts):
+                conn.execute(statement, parameters)
         return amounts
 
     async def all_lines(self, batch_id: str) -> list[tuple[int, str, str, str | None]]:

@@ -1,8 +1,9 @@
 """One batch line through the chat corridor: validation, model resolution and the org's
-allow-list, the key's budget, per-deployment pacing, the engine with retries, half-price usage.
+allow-list, the key's budget, pacing, the call stage (failover) with retries, half-price usage.
 
-The usage row is not committed here: it travels with the line's result so both are recorded
-in one transaction (store/batches.py), which is what makes a crash lose both or neither.
+The usage row is not committed here: the call stage hands it back as a value (`record=False`) and
+it travels with the line's result so both are recorded in one transaction (store/batches.py),
+which is what makes a crash lose both or neither.
 """
 
 from __future__ import annotations
@@ -10,39 +11,25 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
-from contextvars import ContextVar
 from typing import Any, Callable
 
 import orjson
 
 from inferd.api.checks import check_chat, check_metadata
-from inferd.catalogue import ModelCatalogue
+from inferd.calls.stage import Metered
+from inferd.catalogue import Model
 from inferd.config import BatchConfig
 from inferd.errors import AuthenticationFailed, BudgetExceeded, InferdError, InvalidRequest, RelayedError
 from inferd.limits.base import Limits
 from inferd.metering import Usage
 from inferd.services.batches import error_line, new_request_id
-from inferd.services.chat import ChatService
+from inferd.services.chat import ChatCall, ChatService
 from inferd.store.batches import LineResult
 from inferd.store.keys import KeyRecord
 
 PRICE_FACTOR = 0.5  # batch lines cost half the model's token rates
 RETRIES = 3  # transient engine failures (429, 5xx, timeout) retried this often (CONTRACT.md 16)
 RETRY_BASE_SECONDS = 0.5
-
-_captured: ContextVar[list[Usage]] = ContextVar("batch_usage")
-
-
-class UsageCapture:
-    """Stands where ChatService expects its usage writer: keeps the line's usage for the
-    worker's transaction instead of committing it on its own."""
-
-    active = 0
-
-    async def record(self, usage: Usage) -> None:
-        """Keep the usage of the line running in this task."""
-        _captured.get().append(usage)
-
 
 def _transient(exc: InferdError) -> bool:
     return exc.status == 429 or exc.status >= 500
@@ -61,8 +48,8 @@ def _relayed_message(exc: InferdError) -> str:
 class LineRunner:
     """Runs lines; deployments are paced by `[batches] max_concurrency` lines in flight each."""
 
-    def __init__(self, catalogue: ModelCatalogue, limits: Limits, config: BatchConfig) -> None:
-        self._chat = ChatService(catalogue, UsageCapture())  # type: ignore[arg-type]
+    def __init__(self, chat: ChatService, limits: Limits, config: BatchConfig) -> None:
+        self._chat = chat
         self._limits = limits
         self._config = config
         self._paces: dict[str, asyncio.Semaphore] = {}
@@ -70,10 +57,11 @@ class LineRunner:
         self.unrecorded: dict[str, float] = {}
         self.retry_base = RETRY_BASE_SECONDS
 
-    def _pace(self, deployment: str) -> asyncio.Semaphore:
-        pace = self._paces.get(deployment)
+    def _pace(self, model: Model) -> asyncio.Semaphore:
+        """Lines in flight on a model: `max_concurrency` per deployment of its pool."""
+        pace = self._paces.get(model.id)
         if pace is None:
-            pace = self._paces[deployment] = asyncio.Semaphore(self._config.max_concurrency)
+            pace = self._paces[model.id] = asyncio.Semaphore(self._config.max_concurrency * len(model.deployments))
         return pace
 
     def settle(self, results: list[LineResult]) -> None:
@@ -93,8 +81,6 @@ class LineRunner:
     async def run(self, line_no: int, custom_id: str, body_text: str, key: KeyRecord | None,
                   may_start: Callable[[], bool]) -> LineResult | None:
         """The line's result, or None when it must not start any more (cancel, expiry)."""
-        usages: list[Usage] = []
-        _captured.set(usages)
         try:
             if key is None or key.revoked:
                 raise AuthenticationFailed("The batch's API key was revoked", code="key_revoked")
@@ -104,39 +90,39 @@ class LineRunner:
             check_chat(body)
             metadata = check_metadata(body.get("metadata"))
             call = self._chat.open(body, key, workspace="batch", price_factor=PRICE_FACTOR, metadata=metadata)
-            async with self._pace(call.deployment.config.deployment_name):
+            async with self._pace(call.model):
                 if not may_start():
                     return None
                 await self._budget_left(key)
                 await self._chat.fit_context(call)
-                reply = await self._attempts(call, usages)
+                answered = await self._attempts(call)
         except InferdError as exc:
-            self._unrecorded_cost(usages)
-            usage = usages[-1].row() if usages else None  # a failed call that reached the engine is billed
+            usage = exc.usage if isinstance(exc.usage, Usage) else None  # a failed call that reached the engine
+            self._unrecorded_cost(usage)
             return LineResult(line_no, "failed", error_line(custom_id, exc.code if isinstance(exc.code, str)
                                                             else str(exc.code), _relayed_message(exc), exc.status),
-                              usage)
+                              usage.row() if usage else None)
         except (orjson.JSONDecodeError, AttributeError, TypeError) as exc:
             error = InvalidRequest(f"The line's body is not a chat-completion request: {exc}")
             return LineResult(line_no, "failed", error_line(custom_id, error.code, error.message, 400), None)
-        self._unrecorded_cost(usages)
-        response = {"status_code": 200, "request_id": "req_" + secrets.token_hex(12), "body": reply}
+        self._unrecorded_cost(answered.usage)
+        response = {"status_code": 200, "request_id": "req_" + secrets.token_hex(12), "body": answered.value}
         line = orjson.dumps({"id": new_request_id(), "custom_id": custom_id, "response": response, "error": None})
-        return LineResult(line_no, "succeeded", line, usages[-1].row() if usages else None)
+        return LineResult(line_no, "succeeded", line, answered.usage.row())
 
-    def _unrecorded_cost(self, usages: list[Usage]) -> None:
-        if usages and usages[-1].cost_usd:
-            key_id = usages[-1].key_id
-            self.unrecorded[key_id] = self.unrecorded.get(key_id, 0.0) + usages[-1].cost_usd
+    def _unrecorded_cost(self, usage: Usage | None) -> None:
+        if usage is not None and usage.cost_usd:
+            self.unrecorded[usage.key_id] = self.unrecorded.get(usage.key_id, 0.0) + usage.cost_usd
 
-    async def _attempts(self, call: Any, usages: list[Usage]) -> dict[str, Any]:
+    async def _attempts(self, call: ChatCall) -> Metered[dict[str, Any]]:
+        """The line's completion, retried on transient failures (CONTRACT.md 16) after the call
+        stage's own failover; only the attempt that decides the line is billed."""
         for attempt in range(RETRIES + 1):
             try:
-                return await self._chat.complete(call)
+                return await self._chat.complete(call, record=False)
             except InferdError as exc:
                 if attempt == RETRIES or not _transient(exc):
                     raise
-                del usages[:]  # only the attempt that decides the line is billed
                 delay = self.retry_base * 2 ** attempt
                 await asyncio.sleep(delay * (0.75 + random.random() / 2))
         raise AssertionError("unreachable")

@@ -9,7 +9,6 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from inferd.catalogue import ModelCatalogue
 from inferd.config import BatchConfig
 from inferd.limits.base import Limits
 from inferd.services.batches import LEASE_SECONDS, BatchService
@@ -17,6 +16,7 @@ from inferd.store.batches import LeaseLost
 from inferd.store.db import utcnow
 from inferd.store.keys import KeyRepository
 from inferd.worker.batch_run import BatchRun
+from inferd.services.chat import ChatService
 from inferd.worker.lines import LineRunner
 
 if TYPE_CHECKING:
@@ -35,13 +35,13 @@ def job_interval(config: BatchConfig) -> float:
 class BatchWorker:
     """Claims and runs batches until stopped; also deletes files past their retention."""
 
-    def __init__(self, service: BatchService, catalogue: ModelCatalogue, limits: Limits, keys: KeyRepository,
+    def __init__(self, service: BatchService, chat: ChatService, limits: Limits, keys: KeyRepository,
                  config: BatchConfig) -> None:
         self.service = service
         self.limits = limits
         self.keys = keys
         self.config = config
-        self.lines = LineRunner(catalogue, limits, config)
+        self.lines = LineRunner(chat, limits, config)
         self.owner = f"worker-{uuid.uuid4().hex[:16]}"
         self.interval = job_interval(config)
         self._runs: dict[str, asyncio.Task[None]] = {}
@@ -118,4 +118,4 @@ class BatchWorker:
 
 def worker_for(services: "Services") -> BatchWorker:
     """A worker over the services an app (or `inferd batch-worker`) built."""
-    return BatchWorker(services.batches, services.catalogue, services.limits, services.keys, services.config.batches)
+    return BatchWorker(services.batches, services.chat, services.limits, services.keys, services.config.batches)

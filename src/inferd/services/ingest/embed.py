@@ -1,17 +1,19 @@
-"""Chunks to unit vectors through the catalogue's embeddings deployment (in-process, never over our
-own HTTP API). Any engine failure becomes 503: the embedding service is unreachable."""
+"""Chunks to unit vectors through the catalogue's embeddings model (in-process, never over our own
+HTTP API), one metered call of the call stage however many batches it takes. Any engine failure
+(after failover) becomes 503: the embedding service is unreachable."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from inferd.catalogue import Deployment, ModelCatalogue
+from inferd.calls.stage import Answer, Billing, CallStage
+from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import EmbeddingEngine
-from inferd.errors import InferdError, NotFound, ServiceUnavailable
+from inferd.errors import EngineError, InferdError, NotFound, ServiceUnavailable
 from inferd.store.keys import KeyRecord
 
 # Texts per engine call and calls in flight. An in-process encoder is fastest on small batches whose
@@ -42,19 +44,19 @@ class EmbeddingFailed(ServiceUnavailable):
         self.prompt_tokens = 0
 
 
-def embedding_deployment(catalogue: ModelCatalogue, model: str, key: KeyRecord) -> Deployment:
+def embedding_model_of(catalogue: ModelCatalogue, model: str, key: KeyRecord) -> Model:
     """The configured embeddings model; 503 when it is not in the catalogue or is down for maintenance."""
     try:
-        deployment = catalogue.resolve(model, key)
+        resolved = catalogue.resolve(model, key)
     except NotFound:
         raise ServiceUnavailable(f"The embedding model '{model}' is not configured",
                                  code="embedding_unavailable") from None
     except ServiceUnavailable as exc:
         raise ServiceUnavailable(exc.message, code="embedding_unavailable") from None
-    if deployment.config.type != "embeddings":
-        raise ServiceUnavailable(f"'{model}' is a {deployment.config.type} model, not an embeddings model",
+    if resolved.config.type != "embeddings":
+        raise ServiceUnavailable(f"'{model}' is a {resolved.config.type} model, not an embeddings model",
                                  code="embedding_unavailable")
-    return deployment
+    return resolved
 
 
 def _vectors(reply: dict[str, Any], count: int) -> np.ndarray:
@@ -74,23 +76,34 @@ def normalise_rows(matrix: np.ndarray) -> np.ndarray:
     return (matrix / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-async def embed_texts(deployment: Deployment, texts: list[str]) -> Embedded:
-    """Embed `texts` in batches; EmbeddingFailed (503) when the engine fails."""
-    engine = cast(EmbeddingEngine, deployment.engine)
-    model_name = deployment.config.upstream_model or deployment.id
+async def embed_texts(stage: CallStage, billing: Billing, model: Model, texts: list[str]) -> Embedded:
+    """Embed `texts` in batches on one deployment of `model` (another when it fails), metered as
+    one call; EmbeddingFailed (503) when every attempt failed."""
+    async def attempt(engine: EmbeddingEngine, deployment: Deployment, answering: Model) -> Answer[np.ndarray]:
+        matrix, tokens = await _embed_on(engine, deployment, texts)
+        return Answer(matrix, tokens)
+
+    try:
+        metered = await stage.call(model, EmbeddingEngine, billing, attempt)
+    except InferdError as exc:
+        raise EmbeddingFailed(f"The embedding service is unreachable: {exc.message}", exc.status) from None
+    return Embedded(metered.value, metered.usage.prompt_tokens)
+
+
+async def _embed_on(engine: EmbeddingEngine, deployment: Deployment, texts: list[str]) -> tuple[np.ndarray, int]:
+    """(unit vectors, prompt tokens) of `texts` from one deployment's engine."""
+    model_name = deployment.config.upstream_model or deployment.config.id
     batch_texts, concurrency = HTTP_PLAN if deployment.config.engine in HTTP_ENGINES else IN_PROCESS_PLAN
     gate = asyncio.Semaphore(concurrency)
 
     async def batch(piece: list[str]) -> tuple[np.ndarray, int]:
         async with gate:
+            reply = await engine.embed({"model": model_name, "input": piece, "encoding_format": "float"})
             try:
-                reply = await engine.embed({"model": model_name, "input": piece, "encoding_format": "float"})
                 usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
                 return _vectors(reply, len(piece)), int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
-            except InferdError as exc:
-                raise EmbeddingFailed(f"The embedding service is unreachable: {exc.message}", exc.status) from None
-            except (ValueError, KeyError, TypeError) as exc:
-                raise EmbeddingFailed(f"The embedding service answered badly: {exc}", 502) from None
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise EngineError(f"The embedding service answered badly: {exc}") from None
 
     # Texts of like length share a batch, so the encoder pads little (a batch is as long as its longest).
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -105,10 +118,10 @@ async def embed_texts(deployment: Deployment, texts: list[str]) -> Embedded:
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     if results and len({vectors.shape[1] for vectors, _ in results}) != 1:
-        raise EmbeddingFailed("The embedding service answered vectors of different sizes", 502)
+        raise EngineError("The embedding service answered vectors of different sizes")
     matrix = np.zeros((0, 0), np.float32)
     if results:
         sorted_rows = np.concatenate([vectors for vectors, _ in results])
         matrix = np.empty_like(sorted_rows)
         matrix[np.asarray(order)] = sorted_rows
-    return Embedded(normalise_rows(matrix) if len(matrix) else matrix, sum(tokens for _, tokens in results))
+    return (normalise_rows(matrix) if len(matrix) else matrix), sum(tokens for _, tokens in results)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from inferd.metering import usage_for
+from inferd.calls.stage import Billing
 from inferd.services.ingest.chunk import CHUNK_CHARS, CHUNK_TOKENS, OVERLAP_CHARS, OVERLAP_TOKENS, chunk_document
-from inferd.services.ingest.embed import EmbeddingFailed, embed_texts, embedding_deployment
+from inferd.services.ingest.embed import embed_texts, embedding_model_of
 from inferd.services.ingest.extract import MAX_CHARS, check_extension, extract_text
 from inferd.services.ingest.pdf import PDF_TIMEOUT_S
 from inferd.store import sources as store
@@ -101,28 +100,20 @@ async def vectorize(svc: "Services", key: KeyRecord, requested: int, path: Path,
     if duplicate is not None:
         return duplicate
     model = embedding_model(svc)
-    deployment = embedding_deployment(svc.catalogue, model, key)
+    embedder = embedding_model_of(svc.catalogue, model, key)
     try:
         extracted = await asyncio.to_thread(extract_text, path, filename, extract_timeout(svc))
     finally:
         path.unlink(missing_ok=True)  # the uploaded bytes are not kept
     chunks = chunk_document(extracted.text)
-    started = time.perf_counter()
-    try:
-        embedded = await embed_texts(deployment, [chunk.text for chunk in chunks])
-    except EmbeddingFailed as exc:
-        await svc.writer.record(usage_for(key, deployment.config, WORKSPACE, exc.engine_status, 0, 0,
-                                          started=started))
-        raise
-    await svc.writer.record(usage_for(key, deployment.config, WORKSPACE, 200, embedded.prompt_tokens, 0,
-                                      started=started))
+    embedded = await embed_texts(svc.stage, Billing(key, WORKSPACE), embedder, [chunk.text for chunk in chunks])
     dimensions = int(embedded.vectors.shape[1])
-    config = {"file_name": filename, "sha256": digest, "size_bytes": size, "embedding_model": deployment.id,
+    config = {"file_name": filename, "sha256": digest, "size_bytes": size, "embedding_model": embedder.id,
               "dimensions": dimensions, "chunk_chars": CHUNK_CHARS, "chunk_overlap": OVERLAP_CHARS,
               "chunk_tokens": CHUNK_TOKENS, "chunk_overlap_tokens": OVERLAP_TOKENS}
     metadata = {"file_name": filename, "extension": extension, "size_bytes": size,
                 "characters": len(extracted.text), "truncated": extracted.truncated, "max_characters": MAX_CHARS,
-                "chunks": len(chunks), "embedding_model": deployment.id, "prompt_tokens": embedded.prompt_tokens}
+                "chunks": len(chunks), "embedding_model": embedder.id, "prompt_tokens": embedded.prompt_tokens}
     conversation_id = await _conversation(svc, key, requested, ephemeral)
     async with svc.db.begin() as conn:
         # Two uploads of the same file may race; the second one links the first one's source.

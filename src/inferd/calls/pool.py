@@ -1,0 +1,162 @@
+"""A model's deployments at run time: which one a call tries next, calls in flight, cooldowns, and
+the first-come-first-served wait when every deployment is full (CONTRACT.md decision 17).
+
+State is per process: a deployment that fails is put in cooldown by the process that saw it fail,
+and each replica of inferd learns it on its own (a few failed attempts each, then the cooldown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from inferd.calls.routing import order
+from inferd.config import ModelConfig
+from inferd.config_pools import MAX_COOLDOWN_S
+from inferd.errors import ModelOverloaded
+
+REASONS = ("connect", "timeout", "status_5xx", "status_429")
+WAIT = -1  # `Pool.take`: every untried deployment is full (or others wait in line): wait with `acquire`
+
+
+@dataclass
+class DeploymentState:
+    """What the pool knows about one deployment: calls in flight, its cooldown, failures by reason."""
+
+    name: str
+    weight: float
+    max_in_flight: int | None
+    in_flight: int = 0
+    cooldown_until: float = 0.0  # monotonic seconds; healthy when in the past
+    streak: int = 0  # failures in a row: each doubles the next cooldown
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    attempts: int = 0
+
+    def has_room(self) -> bool:
+        """Whether one more call may start on it."""
+        return self.max_in_flight is None or self.in_flight < self.max_in_flight
+
+
+class Pool:
+    """The runtime side of one model's pool of deployments."""
+
+    def __init__(self, model: ModelConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.routing = model.routing
+        self.cooldown_s = model.cooldown_s
+        self.queue_timeout_s = model.queue_timeout_s
+        self.states = [DeploymentState(d.deployment_name, d.weight, d.max_in_flight) for d in model.pool]
+        self._clock = clock
+        self._turn = [0.0] * len(self.states)  # smooth weighted round-robin credits
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._single = len(self.states) == 1
+
+    def healthy(self, index: int) -> bool:
+        """Not in cooldown."""
+        return self.states[index].cooldown_until <= self._clock()
+
+    def candidates(self, affinity: str | None, tried: Sequence[int] = ()) -> list[int]:
+        """The untried deployments in the order to try them: healthy ones by the routing, then those
+        in cooldown, soonest-ending first (tried rather than failing the call untried)."""
+        now = self._clock()
+        healthy = [i for i, s in enumerate(self.states) if i not in tried and s.cooldown_until <= now]
+        cooling = sorted((i for i, s in enumerate(self.states) if i not in tried and s.cooldown_until > now),
+                         key=lambda i: self.states[i].cooldown_until)
+        return order(self.routing, self.states, healthy, affinity, self._turn) + cooling
+
+    def take(self, affinity: str | None, tried: Sequence[int]) -> int | None:
+        """A slot on the best untried deployment without waiting: its index; WAIT when every untried
+        one is full or calls wait in line before this one; None when all were tried."""
+        if self._single and not tried and not self._waiters:  # a pool of one: the usual case
+            state = self.states[0]
+            if state.max_in_flight is None or state.in_flight < state.max_in_flight:
+                state.in_flight += 1
+                state.attempts += 1
+                return 0
+        candidates = self.candidates(affinity, tried)
+        if not candidates:
+            return None
+        if self._waiters:
+            return WAIT
+        taken = self._take(candidates)
+        return WAIT if taken is None else taken
+
+    def _take(self, candidates: list[int]) -> int | None:
+        for index in candidates:
+            state = self.states[index]
+            if state.has_room():
+                state.in_flight += 1
+                state.attempts += 1
+                return index
+        return None
+
+    async def acquire(self, affinity: str | None, tried: Sequence[int], deadline: float) -> int | None:
+        """A slot on the best untried deployment: its index, held until `release`. When every untried
+        deployment is full, waits in line (first come, first served) until one frees a slot or
+        `deadline` (monotonic) passes: then 503 `model_overloaded`. None when all were tried."""
+        candidates = self.candidates(affinity, tried)
+        if not candidates:
+            return None
+        if not self._waiters:
+            taken = self._take(candidates)
+            if taken is not None:
+                return taken
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ModelOverloaded(self.queue_timeout_s)
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), left)
+                except asyncio.TimeoutError:
+                    raise ModelOverloaded(self.queue_timeout_s) from None
+                taken = self._take(self.candidates(affinity, tried))
+                if taken is not None:
+                    return taken
+                # The freed slot is on a deployment this call already tried: keep the place in line.
+                waiter = loop.create_future()
+                self._waiters.appendleft(waiter)
+                self._wake_next(skip=waiter)
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            # Leaving (served, timed out or cancelled) with a slot free: the next in line may take it.
+            if self._waiters and any(s.has_room() for s in self.states):
+                self._wake_next()
+
+    def _wake_next(self, skip: asyncio.Future[None] | None = None) -> None:
+        for waiter in self._waiters:
+            if waiter is not skip and not waiter.done():
+                waiter.set_result(None)
+                self._waiters.remove(waiter)
+                return
+
+    def release(self, index: int) -> None:
+        """The call on this deployment ended: its slot goes to the first in line."""
+        self.states[index].in_flight -= 1
+        if self._waiters:
+            self._wake_next()
+
+    def failed(self, index: int, reason: str) -> None:
+        """An attempt failed for `reason`: the deployment cools down, twice as long each time in a row."""
+        state = self.states[index]
+        state.failures[reason] = state.failures.get(reason, 0) + 1
+        state.streak += 1
+        pause = min(self.cooldown_s * 2 ** min(state.streak - 1, 16), MAX_COOLDOWN_S)
+        state.cooldown_until = self._clock() + pause
+
+    def probe_failed(self, index: int, reason: str) -> None:
+        """A health probe failed: a healthy deployment starts a cooldown (one cooling already stays as it is)."""
+        if self.healthy(index):
+            self.failed(index, reason)
+
+    def succeeded(self, index: int) -> None:
+        """An attempt succeeded (or the probe answered 2xx): the cooldown ends."""
+        state = self.states[index]
+        state.streak = 0
+        state.cooldown_until = 0.0

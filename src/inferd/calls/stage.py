@@ -1,0 +1,310 @@
+"""The call stage: every engine call of every route and service goes through here.
+
+It takes a resolved model, the capability the call needs and an attempt (what to do with one
+deployment's engine), and:
+- picks a deployment by the model's routing, waiting in line when every one is full
+  (back-pressure: 503 `model_overloaded` after `queue_timeout_s`, no usage row);
+- fails over before the first byte on connect errors, first-byte timeouts, 5xx and 429 to the
+  model's other deployments, then to its `fallbacks` the key may use (CONTRACT.md 17); a
+  relayed 4xx is final;
+- meters the call once: one usage row, for the deployment and model that answered (or were tried
+  last), committed before the result is returned, or handed back as a value (`record=False`: the
+  batch worker commits it with the line's result).
+
+Streams (`open_stream`) fail over the same way up to their first batch of events; after that the
+stream is the caller's, which ends it with `StreamLease.finish` (meter and free the slot).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator, Awaitable, Callable, Generic, TypeVar
+
+from inferd.calls.pool import WAIT
+from inferd.catalogue import Deployment, Model, ModelCatalogue
+from inferd.engines.base import ChatEngine, Engine
+from inferd.errors import EngineError, EngineTimeout, EngineUnavailable, InferdError, RelayedError
+from inferd.metering import Usage, UsageWriter, usage_for
+from inferd.store.keys import KeyRecord
+
+log = logging.getLogger("inferd.calls")
+
+E = TypeVar("E", bound=Engine)
+T = TypeVar("T")
+
+
+@dataclass
+class Answer(Generic[T]):
+    """What an attempt returns: its result and what it used (priced from the catalogue unless
+    `cost_usd` says, as images do per generation)."""
+
+    value: T
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float | None = None
+
+
+@dataclass
+class Metered(Generic[T]):
+    """A call's result with its usage, and the model and deployment that answered."""
+
+    value: T
+    usage: Usage
+    model: Model
+    deployment: Deployment
+
+
+@dataclass
+class Billing:
+    """Who pays for a call and how: the key, the workspace, the price factor, the metadata tags."""
+
+    key: KeyRecord
+    workspace: str
+    price_factor: float = 1.0
+    metadata: dict[str, str] | None = None
+
+
+def _failing_over(model: Model, index: int, reason: str, exc: InferdError) -> None:
+    """Count the failure against the deployment (its cooldown) and say so in the log."""
+    model.pool.failed(index, reason)
+    log.warning("deployment %s of model %s failed (%s: %s); trying the next", model.deployments[index].name,
+                model.id, reason, exc.message)
+
+
+def failover_reason(exc: InferdError) -> str | None:
+    """Why an attempt's failure lets the call try elsewhere; None when it is final."""
+    if isinstance(exc, EngineTimeout):
+        return "timeout"
+    if isinstance(exc, EngineUnavailable):
+        return "connect"
+    if isinstance(exc, RelayedError):
+        return "status_429" if exc.status == 429 else None
+    if isinstance(exc, EngineError):
+        return "status_5xx"
+    return None
+
+
+class CallFailed(Exception):
+    """Internal: an attempt failed in a way the next deployment may not."""
+
+
+class CallStage:
+    """Routes, fails over and meters engine calls."""
+
+    def __init__(self, catalogue: ModelCatalogue, writer: UsageWriter) -> None:
+        self._catalogue = catalogue
+        self._writer = writer
+
+    def fallbacks(self, model: Model, key: KeyRecord, capability: type[Engine]) -> list[Model]:
+        """The model's fallbacks the key may use now that can serve the same capability, in order."""
+        return [m for m in self._catalogue.fallbacks(model, key)
+                if all(d.can(capability) for d in m.deployments)]
+
+    async def call(self, model: Model, capability: type[E], billing: Billing,
+                   attempt: Callable[[E, Deployment, Model], Awaitable[Answer[T]]], *,
+                   affinity: str | None = None, record: bool = True) -> Metered[T]:
+        """Run `attempt` on the model's deployments until one answers (failing over as the module
+        says); meter the call once. A failure raises the last attempt's error with its usage row
+        written (or, with `record=False`, attached as `exc.usage`)."""
+        started = time.perf_counter()
+        last: tuple[InferdError, Deployment] | None = None
+        route = _Route(self, model, billing.key, capability, affinity)
+        self._writer.active += 1
+        try:
+            while (slot := await route.next()) is not None:
+                answering, index = slot
+                deployment = answering.deployments[index]
+                pool = answering.pool
+                try:
+                    answer = await attempt(deployment.serving(capability), deployment, answering)
+                except InferdError as exc:
+                    reason = failover_reason(exc)
+                    if reason is None:
+                        await self._failed(billing, deployment, exc, started, record)
+                        raise
+                    _failing_over(answering, index, reason, exc)
+                    last = (exc, deployment)
+                    continue
+                finally:
+                    pool.release(index)
+                pool.succeeded(index)
+                usage = usage_for(billing.key, deployment.config, billing.workspace, 200, answer.prompt_tokens,
+                                  answer.completion_tokens, started=started, cached=answer.cached_tokens,
+                                  metadata=billing.metadata, price_factor=billing.price_factor,
+                                  cost_usd=answer.cost_usd)
+                if record:
+                    await self._writer.record(usage)
+                return Metered(answer.value, usage, answering, deployment)
+        finally:
+            self._writer.active -= 1
+        if last is None:  # nothing was tried: cannot happen for a resolved model with deployments
+            raise EngineUnavailable(f"Model '{model.id}' has no deployment to try")
+        exc, deployment = last
+        await self._failed(billing, deployment, exc, started, record)
+        raise exc
+
+    async def unmetered(self, model: Model, capability: type[E], key: KeyRecord,
+                        attempt: Callable[[E, Deployment, Model], Awaitable[T]], *,
+                        affinity: str | None = None) -> T:
+        """Run `attempt` with the same routing and failover as `call`, writing no usage row (token
+        counts, which cost nothing)."""
+        last: InferdError | None = None
+        route = _Route(self, model, key, capability, affinity)
+        while (slot := await route.next()) is not None:
+            answering, index = slot
+            deployment = answering.deployments[index]
+            try:
+                value = await attempt(deployment.serving(capability), deployment, answering)
+            except InferdError as exc:
+                reason = failover_reason(exc)
+                if reason is None:
+                    raise
+                _failing_over(answering, index, reason, exc)
+                last = exc
+                continue
+            finally:
+                answering.pool.release(index)
+            answering.pool.succeeded(index)
+            return value
+        raise last or EngineUnavailable(f"Model '{model.id}' has no deployment to try")
+
+    async def _failed(self, billing: Billing, deployment: Deployment, exc: InferdError, started: float,
+                      record: bool) -> None:
+        usage = usage_for(billing.key, deployment.config, billing.workspace, exc.status, 0, 0, started=started,
+                          metadata=billing.metadata, price_factor=billing.price_factor)
+        exc.usage = usage
+        if record:
+            await self._writer.record(usage)
+
+    async def record(self, usage: Usage) -> None:
+        """Commit one usage row (a stream's, when it ends)."""
+        await self._writer.record(usage)
+
+    def metered_calls_left(self) -> None:
+        """A stream that was counted as under way (for the writer's group commit) ended."""
+        self._writer.active -= 1
+
+    async def open_stream(self, model: Model, billing: Billing,
+                          open_events: Callable[[ChatEngine, Deployment, Model], AsyncIterator[list[bytes]]], *,
+                          affinity: str | None = None) -> "StreamLease":
+        """A stream whose first batch of events has arrived, from the first deployment (or fallback)
+        that sent one. Failures before that fail over; the last one is metered and raised."""
+        started = time.perf_counter()
+        last: tuple[InferdError, Deployment] | None = None
+        route = _Route(self, model, billing.key, ChatEngine, affinity)
+        while (slot := await route.next()) is not None:
+            answering, index = slot
+            deployment = answering.deployments[index]
+            events = open_events(deployment.serving(ChatEngine), deployment, answering)
+            try:
+                first = await events.__anext__()
+            except StopAsyncIteration:
+                first = []
+            except InferdError as exc:
+                answering.pool.release(index)
+                await events.aclose()  # type: ignore[attr-defined]
+                reason = failover_reason(exc)
+                if reason is None:
+                    await self._failed(billing, deployment, exc, started, True)
+                    raise
+                _failing_over(answering, index, reason, exc)
+                last = (exc, deployment)
+                continue
+            except BaseException:
+                answering.pool.release(index)
+                await events.aclose()  # type: ignore[attr-defined]
+                raise
+            answering.pool.succeeded(index)
+            self._writer.active += 1
+            return StreamLease(self, billing, answering, deployment, index, first, events, started)
+        if last is None:
+            raise EngineUnavailable(f"Model '{model.id}' has no deployment to try")
+        exc, deployment = last
+        await self._failed(billing, deployment, exc, started, True)
+        raise exc
+
+
+class _Route:
+    """The attempts of one call: the model's deployments in routing order (each once), then each
+    fallback's. `next` takes a slot on the next one (waiting in line when all are full) and the
+    caller releases it (`Pool.release`); None when nothing is left to try."""
+
+    __slots__ = ("_stage", "_model", "_key", "_capability", "_affinity", "_tried", "_deadline", "_fallbacks")
+
+    def __init__(self, stage: CallStage, model: Model, key: KeyRecord, capability: type[Engine],
+                 affinity: str | None) -> None:
+        self._stage = stage
+        self._model = model
+        self._key = key
+        self._capability = capability
+        self._affinity = affinity
+        self._tried: list[int] = []
+        self._deadline = 0.0  # set when the call first has to wait for a slot
+        self._fallbacks: list[Model] | None = None
+
+    async def next(self) -> tuple[Model, int] | None:
+        """(model, deployment index) of the next attempt, its slot held."""
+        while True:
+            pool = self._model.pool
+            index = pool.take(self._affinity, self._tried)
+            if index is WAIT:
+                if not self._deadline:
+                    self._deadline = time.monotonic() + self._model.config.queue_timeout_s
+                index = await pool.acquire(self._affinity, self._tried, self._deadline)
+            if index is not None:
+                self._tried.append(index)
+                return self._model, index
+            if self._fallbacks is None:
+                self._fallbacks = self._stage.fallbacks(self._model, self._key, self._capability)
+            if not self._fallbacks:
+                return None
+            self._model = self._fallbacks.pop(0)
+            self._tried = []
+            self._deadline = 0.0
+
+
+class StreamLease:
+    """A stream that started on one deployment: its first events, the rest, and its slot until `finish`."""
+
+    def __init__(self, stage: CallStage, billing: Billing, model: Model, deployment: Deployment, index: int,
+                 first: list[bytes], events: AsyncIterator[list[bytes]], started: float) -> None:
+        self.model = model
+        self.deployment = deployment
+        self.first = first
+        self.events = events
+        self.started = started
+        self._stage = stage
+        self._billing = billing
+        self._index = index
+        self._slot = True  # holds a slot of its deployment
+        self._active = True  # counted in the usage writer's calls under way
+
+    async def finish(self, status: int, prompt: int, completion: int, cached: int = 0) -> Usage:
+        """Free the slot, then meter the stream (committed before this returns)."""
+        self._free_slot()
+        usage = usage_for(self._billing.key, self.deployment.config, self._billing.workspace, status, prompt,
+                          completion, started=self.started, cached=cached, metadata=self._billing.metadata,
+                          price_factor=self._billing.price_factor)
+        try:
+            await self._stage.record(usage)
+        finally:
+            self._leave()
+        return usage
+
+    def release(self) -> None:
+        """Free the slot without metering (idempotent; `finish` does both)."""
+        self._free_slot()
+        self._leave()
+
+    def _free_slot(self) -> None:
+        if self._slot:
+            self._slot = False
+            self.model.pool.release(self._index)
+
+    def _leave(self) -> None:
+        if self._active:
+            self._active = False
+            self._stage.metered_calls_left()

@@ -1,0 +1,70 @@
+"""What writing usage rows means, in one place: the rows, what they add to `usage_rollup`, and
+what they add to each key's monthly spend (`key_spend`), in the caller's transaction.
+
+Every writer uses these: the usage writer's group commit (metering.py: the async engine on
+PostgreSQL, the raw sqlite3 connection on the SQLite hot path) and the batch worker, which commits
+a line's row with the line's result. `usage_writes` gives SQLAlchemy statements with their
+parameters; `sqlite_usage_writes` the same three writes as SQL for sqlite3, which the hot path
+runs without SQLAlchemy (tens of microseconds a commit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql import Executable
+
+from inferd.store.tables import key_spend, usage_rows
+from inferd.store.usage import SQLITE_ROLLUP_UPSERT, rollup_deltas, rollup_upsert, rollup_values
+
+Amounts = dict[tuple[str, str], float]  # (key id, "YYYY-MM") -> USD
+
+_COLUMNS = ("org", "deployment", "key_id", "user_id", "team_id", "model", "workspace", "prompt_tokens",
+            "completion_tokens", "cached_prompt_tokens", "latency_ms", "status_code", "cost_usd", "created_at",
+            "metadata")
+_SQLITE_INSERT = f"INSERT INTO usage_rows ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+_SQLITE_SPEND = ("INSERT INTO key_spend (key_id, month, spend_usd) VALUES (?, ?, ?) ON CONFLICT (key_id, month) "
+                 "DO UPDATE SET spend_usd = key_spend.spend_usd + excluded.spend_usd")
+
+
+def spend_amounts(rows: list[dict[str, Any]]) -> Amounts:
+    """What the rows add to each key's spend, by month of their creation."""
+    amounts: Amounts = {}
+    for row in rows:
+        if row["cost_usd"]:
+            created = row["created_at"]
+            slot = (row["key_id"], f"{created.year:04d}-{created.month:02d}")
+            amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
+    return amounts
+
+
+class UsageWrites:
+    """The statements that write usage rows on one dialect (built once, reused for every batch)."""
+
+    def __init__(self, dialect: str) -> None:
+        self._rollup = rollup_upsert(dialect)
+        spend = (pg_insert if dialect == "postgresql" else sqlite_insert)(key_spend)
+        self._spend = spend.on_conflict_do_update(index_elements=[key_spend.c.key_id, key_spend.c.month],
+                                                  set_={"spend_usd": key_spend.c.spend_usd + spend.excluded.spend_usd})
+        self._insert = insert(usage_rows)
+
+    def writes(self, rows: list[dict[str, Any]], amounts: Amounts) -> list[tuple[Executable, list[dict[str, Any]]]]:
+        """(statement, parameters) to execute in order, in one transaction."""
+        writes: list[tuple[Executable, list[dict[str, Any]]]] = [(self._insert, rows), (self._rollup, rollup_deltas(rows))]
+        if amounts:
+            writes.append((self._spend, [{"key_id": k, "month": m, "spend_usd": c} for (k, m), c in amounts.items()]))
+        return writes
+
+
+def sqlite_usage_writes(rows: list[dict[str, Any]], amounts: Amounts) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """The same writes as `UsageWrites.writes`, as SQL and parameter tuples for sqlite3's executemany."""
+    values = [tuple(row["created_at"].isoformat(" ", "microseconds") if c == "created_at" else row[c]
+                    for c in _COLUMNS) for row in rows]
+    writes: list[tuple[str, list[tuple[Any, ...]]]] = [(_SQLITE_INSERT, values),
+                                                        (SQLITE_ROLLUP_UPSERT, rollup_values(rows))]
+    if amounts:
+        writes.append((_SQLITE_SPEND, [(k, m, c) for (k, m), c in amounts.items()]))
+    return writes
