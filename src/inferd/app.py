@@ -47,6 +47,9 @@ from inferd.limits.redis import RedisLimits
 from inferd.metering import UsageWriter, load_spend, usage_sink
 from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService
+from inferd.services.generate import Generation
+from inferd.services.ingest.service import Ingestion, embedding_model
+from inferd.services.retrieval import Retriever
 from inferd.services.sources import attach_sources, start_purge
 from inferd.services.conversations import ConversationService
 from inferd.store.batches import BatchRepository
@@ -79,6 +82,9 @@ class Services:
     stage: CallStage
     health: HealthProber
     chat: ChatService
+    retriever: Retriever
+    generation: Generation
+    ingestion: Ingestion
     exchange: KeyExchange
     conversations: ConversationService
     batches: BatchService
@@ -121,12 +127,16 @@ async def build_services(settings: Settings) -> Services:
     health = HealthProber(catalogue)
     health.start()
     users = UserRepository(db)
+    chat = ChatService(catalogue, stage)
+    conversations = attach_sources(ConversationService(ConversationRepository(db), users), db)
+    retriever = Retriever(db, catalogue, stage, embedding_model(config.conversations))
     return Services(settings=settings, config=config, db=db, hot=hot, orgs=OrgRepository(db), keys=keys,
                     auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue, stage=stage,
-                    health=health,
-                    chat=ChatService(catalogue, stage),
+                    health=health, chat=chat, retriever=retriever,
+                    generation=Generation(catalogue, chat, conversations, retriever, config.conversations),
+                    ingestion=Ingestion(db, catalogue, stage, conversations, config.conversations),
                     exchange=build_exchange(Authenticator(keys), keys, users, config.idp, settings.config_path),
-                    conversations=attach_sources(ConversationService(ConversationRepository(db), users), db),
+                    conversations=conversations,
                     batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches))
 
 
@@ -217,7 +227,7 @@ class InferdApp:
         batch_worker = worker_for(services) if self.settings.batch_worker else None
         if batch_worker is not None:
             batch_worker.start()
-        purge = start_purge(services)
+        purge = start_purge(services.conversations, services.config.conversations)
         try:
             yield
         finally:

@@ -38,12 +38,10 @@ class Searcher:
 
     def search(self, user: User, conversation_id: int, query: str, top_k: int = 3) -> list[dict[str, Any]]:
         """search_sources with the user's key record."""
-        from inferd.services.retrieval import search_sources
-
         async def go() -> list[dict[str, Any]]:
             key = await self.services.keys.lookup(user.key.split(":")[0])
             assert key is not None
-            return await search_sources(self.services, key, conversation_id, query, top_k)
+            return await self.services.retriever.search_sources(key, conversation_id, query, top_k)
 
         return self.loop.run_until_complete(go())
 
@@ -146,7 +144,7 @@ LOCKERS = "# Depot lockers\n\n" + "\n\n".join(
 
 def test_keyword_search_finds_an_exact_code_that_vectors_miss(sources_server: Server, alice: User,
                                                               searcher: Searcher) -> None:
-    from inferd.services.retrieval import embed_queries, rank
+    from inferd.services.retrieval import rank
     from inferd.store.sources import active_chunk_vectors
 
     created = upload(alice, "lockers.md", LOCKERS.encode()).json()
@@ -159,7 +157,7 @@ def test_keyword_search_finds_an_exact_code_that_vectors_miss(sources_server: Se
         assert key is not None
         async with searcher.services.db.connect() as conn:
             ids, matrix, dims = await active_chunk_vectors(conn, cid)
-        [vector] = await embed_queries(searcher.services, key, [question])
+        [vector] = await searcher.services.retriever.embed(key, [question])
         return [ids[row] for row, _ in rank(matrix, dims, vector, 3)]
 
     hits = searcher.search(alice, cid, question, top_k=3)

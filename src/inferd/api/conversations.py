@@ -14,7 +14,6 @@ from inferd.protocol.conversations import (MAX_BIG_ID, MAX_ID, AddParticipant, C
                                            CreateConversation, CreateMessage, DeleteConversations, DeleteResult,
                                            UpdateConversation)
 from inferd.services.conversations import parse_path_id
-from inferd.services.generate import prepare_turn
 from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["conversations"])
@@ -156,6 +155,6 @@ async def generate(request: Request, conversation_id: str, model: str = Query(mi
     _flag("webSearch", web_search)  # validated; no web search provider is configured, so never used
     think = thinking is None or _flag("thinking", thinking)
     svc = services(request)
-    turn = await prepare_turn(svc, key, cid, body["message_id"], model, think)
+    turn = await svc.generation.prepare(key, cid, body["message_id"], model, think)
     return StreamingResponse(turn.frames(svc.conversations.running_turns), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -47,7 +47,8 @@ async def vectorize_file(request: Request, id: str, ephemeral: bool = Query(Fals
     upload = await read_upload(request, "file", VECTORIZE_UPLOAD_BYTES, "File upload")
     try:
         assert upload.path is not None
-        result = await vectorize(svc, key, requested, upload.path, upload.filename or "", upload.size, ephemeral)
+        result = await vectorize(svc.ingestion, key, requested, upload.path, upload.filename or "", upload.size,
+                                 ephemeral)
     finally:
         upload.discard()
     return Response(orjson.dumps(result.body), status_code=result.status, media_type="application/json")

@@ -25,7 +25,7 @@ from typing import AsyncIterator, Awaitable, Callable, Generic, TypeVar
 from inferd.calls.pool import WAIT
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, Engine
-from inferd.errors import EngineError, EngineTimeout, EngineUnavailable, InferdError, RelayedError
+from inferd.errors import EngineError, EngineTimeout, EngineUnavailable, InferdError, ModelOverloaded, RelayedError
 from inferd.metering import Usage, UsageWriter, usage_for
 from inferd.store.keys import KeyRecord
 
@@ -87,10 +87,6 @@ def failover_reason(exc: InferdError) -> str | None:
     return None
 
 
-class CallFailed(Exception):
-    """Internal: an attempt failed in a way the next deployment may not."""
-
-
 class CallStage:
     """Routes, fails over and meters engine calls."""
 
@@ -103,6 +99,47 @@ class CallStage:
         return [m for m in self._catalogue.fallbacks(model, key)
                 if all(d.can(capability) for d in m.deployments)]
 
+    async def _first_answer(self, model: Model, capability: type[E], key: KeyRecord, affinity: str | None,
+                            attempt: Callable[[E, Deployment, Model], Awaitable[T]], hold: bool = False
+                            ) -> tuple[T, Model, int]:
+        """The first answer of `attempt` over the route (model, index of the deployment that gave it).
+        The slot is released after each attempt, or kept on success when `hold` (a stream keeps
+        its slot until it ends). Raises _Exhausted, or the first final (non-failover) failure
+        wrapped the same way."""
+        last: _Exhausted | None = None
+        route = _Route(self, model, key, capability, affinity)
+        while True:
+            try:
+                slot = await route.next()
+            except ModelOverloaded:
+                if last is not None:  # it did reach an engine: its failure is the answer (and billed)
+                    raise last from None
+                raise
+            if slot is None:
+                break
+            answering, index = slot
+            deployment = answering.deployments[index]
+            try:
+                value = await attempt(deployment.serving(capability), deployment, answering)
+            except InferdError as exc:
+                answering.pool.release(index)
+                reason = failover_reason(exc)
+                if reason is None:
+                    raise _Exhausted(exc, deployment) from None
+                _failing_over(answering, index, reason, exc)
+                last = _Exhausted(exc, deployment)
+                continue
+            except BaseException:
+                answering.pool.release(index)
+                raise
+            if not hold:
+                answering.pool.release(index)
+            answering.pool.succeeded(index)
+            return value, answering, index
+        if last is None:  # nothing was tried: cannot happen for a resolved model with deployments
+            raise _Exhausted(EngineUnavailable(f"Model '{model.id}' has no deployment to try"), None)
+        raise last
+
     async def call(self, model: Model, capability: type[E], billing: Billing,
                    attempt: Callable[[E, Deployment, Model], Awaitable[Answer[T]]], *,
                    affinity: str | None = None, record: bool = True) -> Metered[T]:
@@ -110,69 +147,37 @@ class CallStage:
         says); meter the call once. A failure raises the last attempt's error with its usage row
         written (or, with `record=False`, attached as `exc.usage`)."""
         started = time.perf_counter()
-        last: tuple[InferdError, Deployment] | None = None
-        route = _Route(self, model, billing.key, capability, affinity)
         self._writer.active += 1
         try:
-            while (slot := await route.next()) is not None:
-                answering, index = slot
-                deployment = answering.deployments[index]
-                pool = answering.pool
-                try:
-                    answer = await attempt(deployment.serving(capability), deployment, answering)
-                except InferdError as exc:
-                    reason = failover_reason(exc)
-                    if reason is None:
-                        await self._failed(billing, deployment, exc, started, record)
-                        raise
-                    _failing_over(answering, index, reason, exc)
-                    last = (exc, deployment)
-                    continue
-                finally:
-                    pool.release(index)
-                pool.succeeded(index)
-                usage = usage_for(billing.key, deployment.config, billing.workspace, 200, answer.prompt_tokens,
-                                  answer.completion_tokens, started=started, cached=answer.cached_tokens,
-                                  metadata=billing.metadata, price_factor=billing.price_factor,
-                                  cost_usd=answer.cost_usd)
-                if record:
-                    await self._writer.record(usage)
-                return Metered(answer.value, usage, answering, deployment)
+            try:
+                answer, answering, index = await self._first_answer(model, capability, billing.key, affinity, attempt)
+            except _Exhausted as failed:
+                await self._failed(billing, failed.deployment, failed.error, started, record)
+                raise failed.error from None
+            deployment = answering.deployments[index]
+            usage = usage_for(billing.key, deployment.config, billing.workspace, 200, answer.prompt_tokens,
+                              answer.completion_tokens, started=started, cached=answer.cached_tokens,
+                              metadata=billing.metadata, price_factor=billing.price_factor, cost_usd=answer.cost_usd)
+            if record:
+                await self._writer.record(usage)
+            return Metered(answer.value, usage, answering, deployment)
         finally:
             self._writer.active -= 1
-        if last is None:  # nothing was tried: cannot happen for a resolved model with deployments
-            raise EngineUnavailable(f"Model '{model.id}' has no deployment to try")
-        exc, deployment = last
-        await self._failed(billing, deployment, exc, started, record)
-        raise exc
 
     async def unmetered(self, model: Model, capability: type[E], key: KeyRecord,
                         attempt: Callable[[E, Deployment, Model], Awaitable[T]], *,
                         affinity: str | None = None) -> T:
         """Run `attempt` with the same routing and failover as `call`, writing no usage row (token
         counts, which cost nothing)."""
-        last: InferdError | None = None
-        route = _Route(self, model, key, capability, affinity)
-        while (slot := await route.next()) is not None:
-            answering, index = slot
-            deployment = answering.deployments[index]
-            try:
-                value = await attempt(deployment.serving(capability), deployment, answering)
-            except InferdError as exc:
-                reason = failover_reason(exc)
-                if reason is None:
-                    raise
-                _failing_over(answering, index, reason, exc)
-                last = exc
-                continue
-            finally:
-                answering.pool.release(index)
-            answering.pool.succeeded(index)
-            return value
-        raise last or EngineUnavailable(f"Model '{model.id}' has no deployment to try")
+        try:
+            return (await self._first_answer(model, capability, key, affinity, attempt))[0]
+        except _Exhausted as failed:
+            raise failed.error from None
 
-    async def _failed(self, billing: Billing, deployment: Deployment, exc: InferdError, started: float,
+    async def _failed(self, billing: Billing, deployment: Deployment | None, exc: InferdError, started: float,
                       record: bool) -> None:
+        if deployment is None:
+            return
         usage = usage_for(billing.key, deployment.config, billing.workspace, exc.status, 0, 0, started=started,
                           metadata=billing.metadata, price_factor=billing.price_factor)
         exc.usage = usage
@@ -193,38 +198,35 @@ class CallStage:
         """A stream whose first batch of events has arrived, from the first deployment (or fallback)
         that sent one. Failures before that fail over; the last one is metered and raised."""
         started = time.perf_counter()
-        last: tuple[InferdError, Deployment] | None = None
-        route = _Route(self, model, billing.key, ChatEngine, affinity)
-        while (slot := await route.next()) is not None:
-            answering, index = slot
-            deployment = answering.deployments[index]
-            events = open_events(deployment.serving(ChatEngine), deployment, answering)
+
+        async def first_batch(engine: ChatEngine, deployment: Deployment, answering: Model
+                              ) -> tuple[list[bytes], AsyncIterator[list[bytes]]]:
+            events = open_events(engine, deployment, answering)
             try:
-                first = await events.__anext__()
+                return await events.__anext__(), events
             except StopAsyncIteration:
-                first = []
-            except InferdError as exc:
-                answering.pool.release(index)
-                await events.aclose()  # type: ignore[attr-defined]
-                reason = failover_reason(exc)
-                if reason is None:
-                    await self._failed(billing, deployment, exc, started, True)
-                    raise
-                _failing_over(answering, index, reason, exc)
-                last = (exc, deployment)
-                continue
+                return [], events
             except BaseException:
-                answering.pool.release(index)
                 await events.aclose()  # type: ignore[attr-defined]
                 raise
-            answering.pool.succeeded(index)
-            self._writer.active += 1
-            return StreamLease(self, billing, answering, deployment, index, first, events, started)
-        if last is None:
-            raise EngineUnavailable(f"Model '{model.id}' has no deployment to try")
-        exc, deployment = last
-        await self._failed(billing, deployment, exc, started, True)
-        raise exc
+
+        try:
+            (first, events), answering, index = await self._first_answer(model, ChatEngine, billing.key, affinity,
+                                                                         first_batch, hold=True)
+        except _Exhausted as failed:
+            await self._failed(billing, failed.deployment, failed.error, started, True)
+            raise failed.error from None
+        self._writer.active += 1
+        return StreamLease(self, billing, answering, answering.deployments[index], index, first, events, started)
+
+
+class _Exhausted(Exception):
+    """Internal: the call's last failure (final, or the last of its failovers) and where it happened."""
+
+    def __init__(self, error: InferdError, deployment: Deployment | None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.deployment = deployment
 
 
 class _Route:

@@ -63,7 +63,7 @@ class DiffusersEngine:
         self._torch = torch
         self._device = str(model.options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
         try:
-            pipeline = DiffusionPipeline.from_pretrained(str(folder), torch_dtype=getattr(torch, dtype_name),
+            pipeline = DiffusionPipeline.from_pretrained(str(folder), dtype=getattr(torch, dtype_name),
                                                          local_files_only=True)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"model {model.id!r}: cannot load the pipeline in {folder}: {exc}") from None

@@ -28,18 +28,21 @@ import re
 import uuid
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import orjson
 
-from inferd.catalogue import CHAT_TYPES, Model
+from inferd.catalogue import CHAT_TYPES, Model, ModelCatalogue
 from inferd.errors import InferdError, NotFound
 from inferd.services import grounding, retrieval
+from inferd.services.retrieval import Retriever
 from inferd.store.conversations import Access, NewMessage
 from inferd.store.keys import KeyRecord
 
 if TYPE_CHECKING:
-    from inferd.app import Services
+    from inferd.services.chat import ChatService
+    from inferd.services.conversations import ConversationService
 
 log = logging.getLogger("inferd.generate")
 
@@ -115,10 +118,10 @@ class StepOutput:
 class GenerateTurn:
     """A checked generate request, ready to stream."""
 
-    def __init__(self, svc: "Services", key: KeyRecord, access: Access, question: dict[str, Any],
+    def __init__(self, generation: "Generation", key: KeyRecord, access: Access, question: dict[str, Any],
                  history: list[dict[str, Any]], resolved: Model, model: str, thinking: bool,
                  has_sources: bool) -> None:
-        self._svc = svc
+        self._gen = generation
         self._key = key
         self._access = access
         self._question = question
@@ -131,7 +134,7 @@ class GenerateTurn:
         self._user_id = key.user_id
         self._turn_id = uuid.uuid4().hex
         self._parent = int(question["id"])
-        conversations = svc.config.conversations
+        conversations = generation.settings
         self._max_steps = int(conversations.get("max_tool_steps", DEFAULT_MAX_TOOL_STEPS))
         self._title_model = str(conversations.get("default_chat_model") or DEFAULT_CHAT_MODEL)
         self._retrieval_top_k = int(conversations.get("retrieval_top_k", DEFAULT_RETRIEVAL_PASSAGES))
@@ -208,11 +211,12 @@ class GenerateTurn:
         queries = grounding.retrieval_queries(self._history, question)
         call_id = f"retrieval_{self._turn_id[:16]}"
         try:
-            found = await retrieval.retrieve(self._svc, self._key, self._conversation_id, queries,
+            found = await self._gen.retriever.retrieve(self._key, self._conversation_id, queries,
                                              self._retrieval_top_k)
-            excerpts = await grounding.condense(self._svc, self._key, question, found, self._retrieval_tokens)
+            excerpts = await grounding.condense(partial(self._gen.retriever.embed, self._key), question, found,
+                                                self._retrieval_tokens)
             excerpts = await grounding.fit_passages(
-                self._resolved, lambda payload: self._svc.chat.count_payload(self._resolved, self._key, payload),
+                self._resolved, lambda payload: self._gen.chat.count_payload(self._resolved, self._key, payload),
                 messages, question, excerpts)
         except InferdError as exc:
             log.warning("retrieval failed in conversation %s: %s", self._conversation_id, exc.message)
@@ -267,10 +271,10 @@ class GenerateTurn:
         if not self._thinking and self._resolved.config.thinking == "hybrid":
             body["reasoning_effort"] = "off"
         # A conversation keeps its deployment in an `affinity` pool (the engine's prefix cache holds it).
-        call = self._svc.chat.open(body, self._key, workspace=WORKSPACE, affinity=f"conversation:{self._conversation_id}")
-        await self._svc.chat.fit_context(call)
+        call = self._gen.chat.open(body, self._key, workspace=WORKSPACE, affinity=f"conversation:{self._conversation_id}")
+        await self._gen.chat.fit_context(call)
         output = StepOutput()
-        async with aclosing(self._svc.chat.chunks(call)) as chunks:  # type: ignore[type-var]
+        async with aclosing(self._gen.chat.chunks(call)) as chunks:  # type: ignore[type-var]
             async for event in chunks:
                 if "error" in event:
                     await emit(sse({"error": event["error"]}))
@@ -328,8 +332,8 @@ class GenerateTurn:
             return "search_sources needs a non-empty string `query`.", "error"
         top_k = parsed.get("top_k")
         try:
-            hits = await retrieval.search_sources(
-                self._svc, self._key, self._conversation_id, query,
+            hits = await self._gen.retriever.search_sources(
+                self._key, self._conversation_id, query,
                 top_k if isinstance(top_k, int) and not isinstance(top_k, bool) else retrieval.DEFAULT_TOP_K)
         except InferdError as exc:
             return f"search_sources failed: {exc.message}", "error"
@@ -338,7 +342,7 @@ class GenerateTurn:
     async def _save(self, row: NewMessage) -> int:
         """Append one row of the turn under the previous one; returns its id."""
         row = NewMessage(**{**row.__dict__, "parent_message_id": self._parent})
-        [written] = await self._svc.conversations.store.append(self._conversation_id, [row])
+        [written] = await self._gen.conversations.store.append(self._conversation_id, [row])
         self._parent = int(written["id"])
         return self._parent
 
@@ -349,29 +353,41 @@ class GenerateTurn:
         body = {"model": self._title_model, "max_tokens": 24, "messages": [
             {"role": "system", "content": TITLE_PROMPT}, {"role": "user", "content": self._question["message"][:2000]}]}
         try:
-            call = self._svc.chat.open(body, self._key, workspace=WORKSPACE)
-            reply = (await self._svc.chat.complete(call)).value
+            call = self._gen.chat.open(body, self._key, workspace=WORKSPACE)
+            reply = (await self._gen.chat.complete(call)).value
             text = str(reply["choices"][0]["message"].get("content") or "")
         except (InferdError, KeyError, IndexError) as exc:
             log.warning("no title for conversation %s: %s", self._conversation_id, exc)
             return
         title = re.sub(r"\s+", " ", text).strip().strip("\"'*#").strip()[:120]
         if title:
-            await self._svc.conversations.store.update(self._conversation_id, {"title": title})
+            await self._gen.conversations.store.update(self._conversation_id, {"title": title})
             await emit(sse({"type": "title", "conversation_id": self._conversation_id, "title": title}))
 
 
-async def prepare_turn(svc: "Services", key: KeyRecord, conversation_id: int, message_id: int, model: str,
-                       thinking: bool) -> GenerateTurn:
-    """Every check that answers before the stream starts: 404 conversation or message, model errors."""
-    access = await svc.conversations.access(key, conversation_id)
-    store = svc.conversations.store
-    question = await store.message(conversation_id, message_id)
-    if question is None or question["user_id"] != key.user_id or question["role"] != "user":
-        raise NotFound("message_id is not a saved message of yours in this conversation", code="message_not_found")
-    resolved = svc.catalogue.resolve(model, key)
-    resolved.require_type(CHAT_TYPES, "conversation generate")
-    history = await store.ancestry(conversation_id, message_id, HISTORY_ROWS)
-    sources = svc.conversations.sources
-    has_sources = bool(sources is not None and (await sources.counts([conversation_id])).get(conversation_id))
-    return GenerateTurn(svc, key, access, question, history, resolved, model, thinking, has_sources)
+@dataclass(frozen=True)
+class Generation:
+    """What generate turns work with: the catalogue, the chat corridor, the conversations (rows and
+    sources), retrieval, and the `[conversations]` settings."""
+
+    catalogue: ModelCatalogue
+    chat: "ChatService"
+    conversations: "ConversationService"
+    retriever: Retriever
+    settings: Mapping[str, Any]
+
+    async def prepare(self, key: KeyRecord, conversation_id: int, message_id: int, model: str,
+                      thinking: bool) -> GenerateTurn:
+        """Every check that answers before the stream starts: 404 conversation or message, model errors."""
+        access = await self.conversations.access(key, conversation_id)
+        store = self.conversations.store
+        question = await store.message(conversation_id, message_id)
+        if question is None or question["user_id"] != key.user_id or question["role"] != "user":
+            raise NotFound("message_id is not a saved message of yours in this conversation",
+                           code="message_not_found")
+        resolved = self.catalogue.resolve(model, key)
+        resolved.require_type(CHAT_TYPES, "conversation generate")
+        history = await store.ancestry(conversation_id, message_id, HISTORY_ROWS)
+        sources = self.conversations.sources
+        has_sources = bool(sources is not None and (await sources.counts([conversation_id])).get(conversation_id))
+        return GenerateTurn(self, key, access, question, history, resolved, model, thinking, has_sources)

@@ -21,17 +21,13 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import numpy as np
 
 from inferd.catalogue import Model
 from inferd.engines.base import prompt_upper_bound
-from inferd.services.retrieval import Passage, embed_queries, query_terms
-from inferd.store.keys import KeyRecord
-
-if TYPE_CHECKING:
-    from inferd.app import Services
+from inferd.services.retrieval import Passage, query_terms
 
 ANSWER_ROOM = 512  # tokens kept free for the answer
 # An answer from passages should copy them, not vary: at the engines' usual 0.7 the built-in model
@@ -187,8 +183,10 @@ def _render(body: str, units: list[Unit], chosen: list[int]) -> tuple[str, list[
     return "".join(parts), spans
 
 
-async def condense(svc: "Services", key: KeyRecord, question: str, passages: Sequence[Passage],
-                   budget_tokens: int) -> list[Excerpt]:
+Embed = Callable[[list[str]], Awaitable[np.ndarray]]  # texts -> unit vectors (billed by the caller's key)
+
+
+async def condense(embed: Embed, question: str, passages: Sequence[Passage], budget_tokens: int) -> list[Excerpt]:
     """The pieces of `passages` (best first) most worth the model's reading, within `budget_tokens`:
     each scored by its cosine with the question plus the share of the question's words it holds
     (a table row read with its column names), a little less for a lower-ranked passage; chosen best
@@ -200,7 +198,7 @@ async def condense(svc: "Services", key: KeyRecord, question: str, passages: Seq
         return []
     texts = [_scored_text(bodies[p], cut[p], u) for p, u in flat]
     headers = {(p, unit.header) for p, units in enumerate(cut) for unit in units if unit.header is not None}
-    vectors = await embed_queries(svc, key, [question, *texts])
+    vectors = await embed([question, *texts])
     cosines = vectors[1:] @ vectors[0] if len(vectors) > 1 else np.zeros(0, np.float32)
     words = {_stem(term) for term in query_terms(question)}
     held = [{_stem(term) for term in query_terms(text)} & words for text in texts]

@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from inferd.calls.stage import Billing, CallStage
+from inferd.catalogue import ModelCatalogue
 from inferd.config import MAX_RETRIEVAL_TOP_K
-from inferd.calls.stage import Billing
 from inferd.services.ingest.embed import embed_texts, embedding_model_of
-from inferd.services.ingest.service import WORKSPACE, embedding_model
+from inferd.services.ingest.service import WORKSPACE
 from inferd.store import sources as store
 from inferd.store.keys import KeyRecord
-
-if TYPE_CHECKING:
-    from inferd.app import Services
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = MAX_RETRIEVAL_TOP_K
@@ -126,51 +125,61 @@ def fuse(rankings: Sequence[tuple[Sequence[int], float]], k: int = RRF_K) -> lis
     return sorted(scores.items(), key=lambda pair: -pair[1])
 
 
-async def embed_queries(svc: "Services", key: KeyRecord, texts: list[str]) -> np.ndarray:
-    """The texts' unit vectors, billed to the key as one embeddings call in workspace `conversations`."""
-    embedder = embedding_model_of(svc.catalogue, embedding_model(svc), key)
-    return (await embed_texts(svc.stage, Billing(key, WORKSPACE), embedder, texts)).vectors
+class Retriever:
+    """Retrieval over conversations' sources, with the collaborators it needs: the database, the
+    catalogue and the call stage (the embedder is called and billed through it), and the name of
+    `[conversations] embedding_model`."""
 
+    def __init__(self, db: AsyncEngine, catalogue: ModelCatalogue, stage: CallStage, embedding_model: str) -> None:
+        self._db = db
+        self._catalogue = catalogue
+        self._stage = stage
+        self.embedding_model = embedding_model
 
-async def retrieve(svc: "Services", key: KeyRecord, conversation_id: int, queries: Sequence[tuple[str, float]],
-                   top_k: int = DEFAULT_TOP_K) -> list[Passage]:
-    """The `top_k` passages of the conversation's active sources for `queries` ((text, weight): the
-    question itself, and for a follow-up the question folded with the turns before it), best first.
-    No embedding call (and no charge) when the conversation has no active chunk. The caller checks
-    the user may read the conversation. Raises EmbeddingFailed (503) when the embedder is unreachable."""
-    queries = [(text.strip(), weight) for text, weight in queries if text.strip()]
-    async with svc.db.connect() as conn:
-        ids, matrix, dims = await store.active_chunk_vectors(conn, conversation_id)
-    if not ids or not queries or top_k <= 0:
-        return []
-    vectors = await embed_queries(svc, key, [text for text, _ in queries])
-    rankings: list[tuple[Sequence[int], float]] = []
-    relevant: set[int] = set()
-    async with svc.db.connect() as conn:
-        for (text, weight), vector in zip(queries, vectors):
-            close = rank(matrix, dims, vector, CANDIDATES)
-            rankings.append(([ids[row] for row, _ in close], weight))
-            relevant.update(ids[row] for row, cosine in close if cosine >= MIN_COSINE)
-            words = await store.keyword_ranking(conn, conversation_id, query_terms(text), CANDIDATES)
-            rankings.append((words, weight))
-            relevant.update(words)
-        best = [(chunk_id, score) for chunk_id, score in fuse(rankings) if chunk_id in relevant][:top_k]
-        rows = await store.chunk_texts(conn, [chunk_id for chunk_id, _ in best])
-    passages = []
-    for chunk_id, score in best:
-        row = rows.get(chunk_id)
-        if row is not None:  # deleted meanwhile
-            passages.append(Passage(int(row["source_id"]), str(row["source_name"]), chunk_id, int(row["ordinal"]),
-                                    str(row["text"]), row["heading"], row["char_start"], row["char_end"], score))
-    return passages
+    async def embed(self, key: KeyRecord, texts: list[str]) -> np.ndarray:
+        """The texts' unit vectors, billed to the key as one embeddings call in workspace `conversations`."""
+        embedder = embedding_model_of(self._catalogue, self.embedding_model, key)
+        return (await embed_texts(self._stage, Billing(key, WORKSPACE), embedder, texts)).vectors
 
+    async def retrieve(self, key: KeyRecord, conversation_id: int, queries: Sequence[tuple[str, float]],
+                       top_k: int = DEFAULT_TOP_K) -> list[Passage]:
+        """The `top_k` passages of the conversation's active sources for `queries` ((text, weight): the
+        question itself, and for a follow-up the question folded with the turns before it), best first.
+        No embedding call (and no charge) when the conversation has no active chunk. The caller checks
+        the user may read the conversation. Raises EmbeddingFailed (503) when the embedder is unreachable."""
+        queries = [(text.strip(), weight) for text, weight in queries if text.strip()]
+        async with self._db.connect() as conn:
+            ids, matrix, dims = await store.active_chunk_vectors(conn, conversation_id)
+        if not ids or not queries or top_k <= 0:
+            return []
+        vectors = await self.embed(key, [text for text, _ in queries])
+        rankings: list[tuple[Sequence[int], float]] = []
+        relevant: set[int] = set()
+        async with self._db.connect() as conn:
+            for (text, weight), vector in zip(queries, vectors):
+                close = rank(matrix, dims, vector, CANDIDATES)
+                rankings.append(([ids[row] for row, _ in close], weight))
+                relevant.update(ids[row] for row, cosine in close if cosine >= MIN_COSINE)
+                words = await store.keyword_ranking(conn, conversation_id, query_terms(text), CANDIDATES)
+                rankings.append((words, weight))
+                relevant.update(words)
+            best = [(chunk_id, score) for chunk_id, score in fuse(rankings) if chunk_id in relevant][:top_k]
+            rows = await store.chunk_texts(conn, [chunk_id for chunk_id, _ in best])
+        passages = []
+        for chunk_id, score in best:
+            row = rows.get(chunk_id)
+            if row is not None:  # deleted meanwhile
+                passages.append(Passage(int(row["source_id"]), str(row["source_name"]), chunk_id,
+                                        int(row["ordinal"]), str(row["text"]), row["heading"], row["char_start"],
+                                        row["char_end"], score))
+        return passages
 
-async def search_sources(svc: "Services", key: KeyRecord, conversation_id: int, query: str,
-                         top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
-    """The `search_sources` tool: the best `top_k` passages (at most MAX_TOP_K) for `query`, as
-    dicts (`Passage.hit`), best first."""
-    top_k = max(1, min(int(top_k), MAX_TOP_K))
-    return [passage.hit() for passage in await retrieve(svc, key, conversation_id, [(query, 1.0)], top_k)]
+    async def search_sources(self, key: KeyRecord, conversation_id: int, query: str,
+                             top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
+        """The `search_sources` tool: the best `top_k` passages (at most MAX_TOP_K) for `query`, as
+        dicts (`Passage.hit`), best first."""
+        top_k = max(1, min(int(top_k), MAX_TOP_K))
+        return [passage.hit() for passage in await self.retrieve(key, conversation_id, [(query, 1.0)], top_k)]
 
 
 def format_hits(hits: list[dict[str, Any]]) -> str:

@@ -3,7 +3,7 @@ hook that removes links and vectors, and the ephemeral purge job (started with t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 from inferd.services.conversations import ConversationService
 from inferd.services.purge import DEFAULT_TTL_SECONDS, EphemeralPurge
@@ -11,8 +11,6 @@ from inferd.store.sources import ConversationSources, delete_conversation_source
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
-
-    from inferd.app import Services
 
 
 def attach_sources(conversations: ConversationService, db: "AsyncEngine") -> ConversationService:
@@ -22,9 +20,9 @@ def attach_sources(conversations: ConversationService, db: "AsyncEngine") -> Con
     return conversations
 
 
-def start_purge(svc: "Services") -> EphemeralPurge:
-    """Start the ephemeral purge with `[conversations] ephemeral_ttl_seconds`."""
-    ttl = float(svc.config.conversations.get("ephemeral_ttl_seconds", DEFAULT_TTL_SECONDS))
-    purge = EphemeralPurge(svc.conversations.store.delete_older_ephemeral, ttl)
+def start_purge(conversations: ConversationService, settings: Mapping[str, Any]) -> EphemeralPurge:
+    """Start the ephemeral purge with `[conversations] ephemeral_ttl_seconds` (of `settings`)."""
+    ttl = float(settings.get("ephemeral_ttl_seconds", DEFAULT_TTL_SECONDS))
+    purge = EphemeralPurge(conversations.store.delete_older_ephemeral, ttl)
     purge.start()
     return purge

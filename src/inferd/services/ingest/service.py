@@ -22,10 +22,26 @@ from inferd.store import sources as store
 from inferd.store.keys import KeyRecord
 
 if TYPE_CHECKING:
-    from inferd.app import Services
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from inferd.calls.stage import CallStage
+    from inferd.catalogue import ModelCatalogue
+    from inferd.services.conversations import ConversationService
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 WORKSPACE = "conversations"
+
+
+@dataclass(frozen=True)
+class Ingestion:
+    """What ingesting an upload works with: the database, the catalogue and the call stage (the
+    embedder), the conversations, and the `[conversations]` settings."""
+
+    db: "AsyncEngine"
+    catalogue: "ModelCatalogue"
+    stage: "CallStage"
+    conversations: "ConversationService"
+    settings: Mapping[str, Any]
 
 
 @dataclass
@@ -45,25 +61,25 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def extract_timeout(svc: "Services") -> float:
+def extract_timeout(ing: "Ingestion") -> float:
     """How long one PDF may take to read (`[conversations] extract_timeout_s`)."""
-    return float(svc.config.conversations.get("extract_timeout_s", PDF_TIMEOUT_S))
+    return float(ing.settings.get("extract_timeout_s", PDF_TIMEOUT_S))
 
 
-def embedding_model(svc: "Services") -> str:
-    """`[conversations] embedding_model`."""
-    return str(svc.config.conversations.get("embedding_model") or DEFAULT_EMBEDDING_MODEL)
+def embedding_model(settings: Mapping[str, Any]) -> str:
+    """`[conversations] embedding_model` of the `[conversations]` settings."""
+    return str(settings.get("embedding_model") or DEFAULT_EMBEDDING_MODEL)
 
 
-async def _conversation(svc: "Services", key: KeyRecord, requested: int, ephemeral: bool) -> int:
+async def _conversation(ing: "Ingestion", key: KeyRecord, requested: int, ephemeral: bool) -> int:
     """The requested conversation when the user reaches it; otherwise a new one (id 0, negative or
     unknown; someone else's conversation is treated as unknown, so its existence never shows)."""
     assert key.user_id is not None
     if requested > 0:
-        found = await svc.conversations.store.access(requested, key.user_id)
+        found = await ing.conversations.store.access(requested, key.user_id)
         if found is not None and found.conversation["org_id"] == key.org_id:
             return requested
-    created = await svc.conversations.store.create(org_id=key.org_id, user_id=key.user_id, is_ephemeral=ephemeral,
+    created = await ing.conversations.store.create(org_id=key.org_id, user_id=key.user_id, is_ephemeral=ephemeral,
                                                    conversation_type="chat")
     return int(created["id"])
 
@@ -74,21 +90,21 @@ def _answer(status: int, conversation_id: int, source: Mapping[str, Any], user_i
                                "total": {"chunks": chunks, "duplicate": status == 200}})
 
 
-async def _link_duplicate(svc: "Services", key: KeyRecord, requested: int, ephemeral: bool,
+async def _link_duplicate(ing: "Ingestion", key: KeyRecord, requested: int, ephemeral: bool,
                           digest: str) -> Vectorized | None:
     assert key.user_id is not None
-    async with svc.db.connect() as conn:
+    async with ing.db.connect() as conn:
         existing = await store.find_duplicate(conn, key.user_id, digest)
     if existing is None:
         return None
-    conversation_id = await _conversation(svc, key, requested, ephemeral)
-    async with svc.db.begin() as conn:
+    conversation_id = await _conversation(ing, key, requested, ephemeral)
+    async with ing.db.begin() as conn:
         await store.link_source(conn, conversation_id, existing["id"])
         chunks = await store.count_chunks(conn, existing["id"])
     return _answer(200, conversation_id, existing, key.user_id, chunks)
 
 
-async def vectorize(svc: "Services", key: KeyRecord, requested: int, path: Path, filename: str, size: int,
+async def vectorize(ing: "Ingestion", key: KeyRecord, requested: int, path: Path, filename: str, size: int,
                     ephemeral: bool) -> Vectorized:
     """Ingest the uploaded file at `path` into conversation `requested` (or a new one) for the key's
     user. The file is deleted once its text is out; the caller deletes it on every other path."""
@@ -96,17 +112,17 @@ async def vectorize(svc: "Services", key: KeyRecord, requested: int, path: Path,
     filename = filename.replace("\\", "/").rsplit("/", 1)[-1] or "upload"
     extension = check_extension(filename)
     digest = await asyncio.to_thread(sha256_file, path)
-    duplicate = await _link_duplicate(svc, key, requested, ephemeral, digest)
+    duplicate = await _link_duplicate(ing, key, requested, ephemeral, digest)
     if duplicate is not None:
         return duplicate
-    model = embedding_model(svc)
-    embedder = embedding_model_of(svc.catalogue, model, key)
+    model = embedding_model(ing.settings)
+    embedder = embedding_model_of(ing.catalogue, model, key)
     try:
-        extracted = await asyncio.to_thread(extract_text, path, filename, extract_timeout(svc))
+        extracted = await asyncio.to_thread(extract_text, path, filename, extract_timeout(ing))
     finally:
         path.unlink(missing_ok=True)  # the uploaded bytes are not kept
     chunks = chunk_document(extracted.text)
-    embedded = await embed_texts(svc.stage, Billing(key, WORKSPACE), embedder, [chunk.text for chunk in chunks])
+    embedded = await embed_texts(ing.stage, Billing(key, WORKSPACE), embedder, [chunk.text for chunk in chunks])
     dimensions = int(embedded.vectors.shape[1])
     config = {"file_name": filename, "sha256": digest, "size_bytes": size, "embedding_model": embedder.id,
               "dimensions": dimensions, "chunk_chars": CHUNK_CHARS, "chunk_overlap": OVERLAP_CHARS,
@@ -114,8 +130,8 @@ async def vectorize(svc: "Services", key: KeyRecord, requested: int, path: Path,
     metadata = {"file_name": filename, "extension": extension, "size_bytes": size,
                 "characters": len(extracted.text), "truncated": extracted.truncated, "max_characters": MAX_CHARS,
                 "chunks": len(chunks), "embedding_model": embedder.id, "prompt_tokens": embedded.prompt_tokens}
-    conversation_id = await _conversation(svc, key, requested, ephemeral)
-    async with svc.db.begin() as conn:
+    conversation_id = await _conversation(ing, key, requested, ephemeral)
+    async with ing.db.begin() as conn:
         # Two uploads of the same file may race; the second one links the first one's source.
         existing = await store.find_duplicate(conn, key.user_id, digest)
         if existing is not None:
