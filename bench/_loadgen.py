@@ -11,6 +11,11 @@ The default client speaks HTTP/1.1 itself on asyncio protocols with httptools (t
 uses) so that it costs a fraction of what the servers it drives cost; `--client aiohttp` uses an
 aiohttp ClientSession instead, for cross-checking. A response counts as ok when its status is 200
 and, for streams, its body ends with `data: [DONE]`.
+
+`--timeline S` (bench/pools.py) also writes `measuring <epoch seconds>` to stderr the instant the
+measured phase starts, and adds to the result `timeline`: every S seconds of the measured phase,
+`[seconds since its start, ok so far, failed so far, gateway CPU seconds so far]` (the last row is
+the phase's end), and `started_epoch`. Without it nothing of this runs.
 """
 
 from __future__ import annotations
@@ -337,14 +342,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         host, port, request = build_request(args.url, body, headers)
         workers = [raw_worker(run, host, port, request, args.stream) for _ in range(args.concurrency)]
     tasks = [asyncio.create_task(worker) for worker in workers]
+    timeline: list[list[float]] = []
+    started_epoch = 0.0
     try:
         await asyncio.sleep(args.warmup)
         run.begin()
+        if args.timeline:
+            started_epoch = time.time()
+            sys.stderr.write(f"measuring {started_epoch:.6f}\n")
+            sys.stderr.flush()
+            tasks.append(asyncio.create_task(sample_timeline(run, args.timeline, timeline)))
         if args.requests:
             await run.done.wait()
         else:
             await asyncio.sleep(args.duration)
             run.end()
+        if args.timeline:
+            timeline.append([run.ended_at - run.started_at, run.ok, run.failed,
+                             run.cpu_end.get("gateway", 0.0) - run.cpu_start.get("gateway", 0.0)])
         # In-flight requests finish (and are not counted); a hung server does not hang the run.
         _, pending = await asyncio.wait(tasks, timeout=10)
         for task in pending:
@@ -354,7 +369,25 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             task.cancel()
         if session is not None:
             await session.close()
-    return run.result()
+    result = run.result()
+    if args.timeline:
+        result["timeline"] = timeline
+        result["started_epoch"] = started_epoch
+    return result
+
+
+async def sample_timeline(run: Run, every: float, timeline: list[list[float]]) -> None:
+    """Every `every` seconds of the measured phase: [seconds, ok, failed, gateway CPU seconds] so far."""
+    gateway_start = run.cpu_start.get("gateway", 0.0)
+    timeline.append([0.0, 0, 0, 0.0])
+    tick = 1
+    while True:
+        await asyncio.sleep(max(0.0, run.started_at + tick * every - time.perf_counter()))
+        if run.phase != "measure":
+            return
+        cpu = tree_cpu_seconds(run.gateway_pid) - gateway_start if run.gateway_pid else 0.0
+        timeline.append([time.perf_counter() - run.started_at, run.ok, run.failed, cpu])
+        tick += 1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -372,6 +405,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="other processes on the client core (the upstream), repeatable")
     parser.add_argument("--cores", default="", help="cores whose steal time to report, e.g. 0,1")
     parser.add_argument("--client", choices=("raw", "aiohttp"), default="raw")
+    parser.add_argument("--timeline", type=float, default=0.0,
+                        help="seconds between timeline samples (bench/pools.py); 0: none")
     return parser.parse_args(argv)
 
 

@@ -166,11 +166,11 @@ class Target:
                 raise BenchError(f"{self.name} {mode} preflight answered {status}: {data[:400]!r}")
 
 
-def start_upstream(children: Children, core: int) -> tuple[int, int]:
-    """The fake upstream on the client core: (pid, port)."""
-    process = children.start("upstream", children.pinned(core, [sys.executable, "tests/fakes/upstream.py",
-                                                                "--port", "0"]))
-    return process.pid, children.wait_ready_line("upstream", process)
+def start_upstream(children: Children, core: int, name: str = "upstream", port: int = 0) -> tuple[int, int]:
+    """A fake upstream on the client core: (pid, port). Port 0: any free one."""
+    process = children.start(name, children.pinned(core, [sys.executable, "tests/fakes/upstream.py",
+                                                          "--port", str(port)]))
+    return process.pid, children.wait_ready_line(name, process)
 
 
 def start_passthrough(children: Children, core: int, upstream_port: int) -> Target:
@@ -204,12 +204,16 @@ def _create_key(inferd: str, env: dict[str, str]) -> str:
 
 
 def start_inferd(children: Children, core: int, upstream_port: int, work_dir: Path, inferd: str,
-                 extra_env: dict[str, str], startup_timeout: float) -> Target:
-    """inferd serve on the gateway core, with a config naming the fake upstream and a fresh data dir."""
+                 extra_env: dict[str, str], startup_timeout: float, config_text: str | None = None) -> Target:
+    """inferd serve on the gateway core, with a config naming the fake upstream and a fresh data dir.
+
+    `config_text` replaces the catalogue (INFERD_CONFIG, model `mock-chat`); the target returned
+    still names `mock-chat`: make others from its url and headers.
+    """
     if not (os.path.isfile(inferd) and os.access(inferd, os.X_OK)):
         raise BenchError(f"{inferd} does not exist (is the package installed in .venv?)")
     config = work_dir / "inferd.toml"
-    config.write_text(INFERD_CONFIG.format(upstream_port=upstream_port))
+    config.write_text(INFERD_CONFIG.format(upstream_port=upstream_port) if config_text is None else config_text)
     data_dir = work_dir / "inferd-data"
     data_dir.mkdir()
     env = {name: value for name, value in os.environ.items() if not name.startswith("INFERD_")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 
 from tests.harness import Backend, Server, Upstream, free_port, write_chatml_tokenizer
@@ -163,6 +164,10 @@ class Fleet:
     def restart(self, name: str) -> None:
         """Start a killed upstream again on its old port."""
         self.upstreams[name] = Upstream.start(self.upstreams[name].port)
+
+    def reset(self, name: str) -> None:
+        """Forget what one upstream received (it keeps only its last 200 chat requests anyway)."""
+        httpx.post(self.upstreams[name].url + "/_reset", timeout=10).raise_for_status()
 
     def chat_calls(self, name: str) -> int:
         """Chat requests one upstream received (since its last start)."""
