@@ -24,7 +24,7 @@ CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
 _EMPTY_DELTAS = (b'"content":""', b'"content": ""', b'"delta":{}', b'"delta": {}')
 
 
-@dataclass
+@dataclass(slots=True)
 class ChatCall:
     """One chat request on its way through the corridor."""
 
