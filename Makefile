@@ -16,9 +16,25 @@ LLAMA_CMAKE_ARGS := $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=ON "-D
 PG_URL ?= postgresql://127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install serve test test-sqlite test-postgres bench
+# The web console's libraries (Alpine.js, Chart.js) come from the npm registry at build time
+# (console/package-lock.json) and are copied into the package as static files; rebuilt only when
+# missing or older than the lock file. The browser tests drive Debian's Chromium (never a
+# Playwright download).
+CONSOLE_VENDOR := src/inferd/console/static/vendor/.built
 
-install: $(STAMP)
+.PHONY: install serve test test-sqlite test-postgres bench chromium
+
+install: $(CONSOLE_VENDOR) chromium $(STAMP)
+
+$(CONSOLE_VENDOR): console/package.json console/package-lock.json console/build.mjs
+	command -v npm >/dev/null || { apt-get update && apt-get install -y nodejs npm; } || \
+	  { echo "make install: npm is needed to build the web console (apt-get install nodejs npm)" >&2; exit 1; }
+	cd console && npm ci --no-audit --no-fund && npm run build
+	touch $(CONSOLE_VENDOR)
+
+chromium:
+	@command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; } || \
+	  { echo "make install: Chromium is needed by the browser tests (apt-get install chromium)" >&2; exit 1; }
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

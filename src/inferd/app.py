@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -14,13 +17,16 @@ from fastapi.responses import Response
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from inferd import __version__
+from inferd.api import admin as admin_routes
 from inferd.api import audio as audio_routes
 from inferd.api import batches as batches_routes
 from inferd.api import files as files_routes
 from inferd.api import auth as auth_routes
 from inferd.api import conversations as conversation_routes
+from inferd.api import console as console_routes
 from inferd.api import docs as docs_routes
 from inferd.api import images as images_routes
 from inferd.api import sources as sources_routes
@@ -31,6 +37,7 @@ from inferd.api.asgi import Receive, Scope, Send, error_body
 from inferd.api.body_limits import Authenticate, BodyClock, BodyLimits
 from inferd.api.chat import ChatCompletionsRoute
 from inferd.api.embeddings import EmbeddingsRoute
+from inferd.api.metrics import MetricsRoute
 from inferd.api.rerank import RerankRoute
 from inferd.api.tokens import CountTokensRoute
 from inferd.auth.exchange import KeyExchange, build_exchange
@@ -45,6 +52,9 @@ from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
 from inferd.limits.redis import RedisLimits
 from inferd.metering import UsageWriter, load_spend, usage_sink
+from inferd.observe.logs import AccessLog, configure_logging
+from inferd.observe.metrics import Metrics, worker_exited
+from inferd.observe.requests import RequestIds, RequestNote, current, note_request, stamped
 from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService
 from inferd.services.generate import Generation
@@ -77,6 +87,7 @@ class Services:
     keys: KeyRepository
     auth: Authenticator
     limits: Limits
+    metrics: Metrics
     writer: UsageWriter
     catalogue: ModelCatalogue
     stage: CallStage
@@ -119,11 +130,12 @@ async def build_services(settings: Settings) -> Services:
         limits: Limits = RedisLimits(redis, settings.redis_prefix, loader)
     else:
         limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
-    writer = UsageWriter(usage_sink(db, hot), limits.spend)
+    metrics = Metrics()
+    writer = UsageWriter(usage_sink(db, hot), limits.spend, metrics)
     writer.start()
     keys = KeyRepository(db, hot=hot, pg_cache=True)
     catalogue = ModelCatalogue(config.models, registry)
-    stage = CallStage(catalogue, writer)
+    stage = CallStage(catalogue, writer, metrics)
     health = HealthProber(catalogue)
     health.start()
     users = UserRepository(db)
@@ -131,7 +143,8 @@ async def build_services(settings: Settings) -> Services:
     conversations = attach_sources(ConversationService(ConversationRepository(db), users), db)
     retriever = Retriever(db, catalogue, stage, embedding_model(config.conversations))
     return Services(settings=settings, config=config, db=db, hot=hot, orgs=OrgRepository(db), keys=keys,
-                    auth=Authenticator(keys), limits=limits, writer=writer, catalogue=catalogue, stage=stage,
+                    auth=Authenticator(keys), limits=limits, metrics=metrics, writer=writer, catalogue=catalogue,
+                    stage=stage,
                     health=health, chat=chat, retriever=retriever,
                     generation=Generation(catalogue, chat, conversations, retriever, config.conversations),
                     ingestion=Ingestion(db, catalogue, stage, conversations, config.conversations),
@@ -203,6 +216,10 @@ class InferdApp:
         self.api.include_router(conversation_routes.router)
         self.api.include_router(sources_routes.router)
         self.api.include_router(vectorize_routes.router)
+        self.api.include_router(console_routes.router)
+        self.api.include_router(admin_routes.router)
+        self._ids = RequestIds()
+        self._access_log: AccessLog | None = None
         self._body_clock = BodyClock()
         self._cold = BodyLimits(self.api, self.api.router.routes, self._authenticator, self._body_clock)
 
@@ -212,7 +229,11 @@ class InferdApp:
     @asynccontextmanager
     async def _lifespan(self, api: FastAPI) -> AsyncIterator[None]:
         services = await build_services(self.settings)
+        log_format = self.settings.log_format or services.config.observe.log_format
+        configure_logging(log_format)
         self.services = api.state.services = services
+        self._metrics = services.metrics
+        self._access_log = AccessLog() if log_format == "json" else None
         self._hot = {
             "/v1/chat/completions": ChatCompletionsRoute(services.auth, services.limits, services.chat),
             "/v1/chat/count_tokens": CountTokensRoute(services.auth, services.limits, services.catalogue,
@@ -220,6 +241,12 @@ class InferdApp:
             "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.stage),
             "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.stage),
         }
+        if services.config.observe.metrics_enabled:
+            self._hot["/metrics"] = MetricsRoute(services.metrics, lambda: services.catalogue.models,
+                                                 lambda: services.writer.pending)
+        # Under --workers each worker copies its pools' state into the shared files once a second.
+        state_copier = (asyncio.get_running_loop().create_task(_copy_state_forever(services))
+                        if services.metrics.multiprocess else None)
         self._body_clock.grace_s = services.config.limits.body_timeout_s
         self._body_clock.start()
         for route in self._hot.values():
@@ -231,6 +258,9 @@ class InferdApp:
         try:
             yield
         finally:
+            if state_copier is not None:
+                state_copier.cancel()
+                worker_exited(os.getpid())
             self._hot = {}
             await self._body_clock.close()
             await purge.close()
@@ -239,12 +269,52 @@ class InferdApp:
             await services.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            route = self._hot.get(scope["path"])
-            if route is not None:
-                await route(scope, receive, send)
-                return
-        await self._cold(scope, receive, send)
+        if scope["type"] != "http" or self.services is None:
+            await self._cold(scope, receive, send)
+            return
+        note = note_request(scope, self._ids)
+        token = current.set(note)
+        route = self._hot.get(scope["path"])
+        try:
+            await (route or self._cold)(scope, receive, stamped(send, note))
+        except BaseException:
+            if not note.status:
+                note.status = 500
+            raise
+        finally:
+            current.reset(token)
+            self._finished(scope, note, scope["path"] if route is not None else self._template(scope))
+
+    def _finished(self, scope: Scope, note: RequestNote, route: str) -> None:
+        """Count the request and write its access log line."""
+        now = time.perf_counter()
+        if not note.status:
+            note.status = 499  # the client left before a response started
+        if note.rejection is not None:
+            self._metrics.rejected(note.rejection)
+        self._metrics.request(route, note.model, note.status, now - note.started)
+        if self._access_log is not None:
+            self._access_log.write(scope["method"], route, note, now)
+
+    def _template(self, scope: Scope) -> str:
+        """The path template of the FastAPI route that answered ("" for an unknown route)."""
+        route = scope.get("route")
+        if route is not None:
+            return str(route.path)
+        partial = ""
+        for candidate in self.api.router.routes:  # refused before routing (401, 413): find it
+            match, _ = candidate.matches(scope)
+            if match is Match.FULL:
+                return str(getattr(candidate, "path", ""))
+            if match is Match.PARTIAL and not partial:
+                partial = str(getattr(candidate, "path", ""))
+        return partial
+
+
+async def _copy_state_forever(services: Services) -> None:
+    while True:
+        services.metrics.copy_state(services.catalogue.models, services.writer.pending)
+        await asyncio.sleep(1.0)
 
 
 def create_app(settings: Settings | None = None) -> InferdApp:

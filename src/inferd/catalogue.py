@@ -11,6 +11,7 @@ from inferd.calls.pool import Pool
 from inferd.engines.base import CAPABILITY_OF_TYPE, Engine
 from inferd.engines.registry import EngineRegistry
 from inferd.errors import ConfigError, InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
+from inferd.observe.requests import current
 from inferd.store.keys import KeyRecord
 
 CHAT_TYPES = ("chat", "vision-chat")
@@ -152,6 +153,9 @@ class ModelCatalogue:
                                    code="model_not_allowed", param="model")
         if model.config.maintenance:
             raise ServiceUnavailable(f"Model '{model.id}' is down for maintenance", code="model_maintenance")
+        note = current.get()
+        if note is not None:  # the request's `model` label and access log field
+            note.model = model.config.id
         return model
 
     def fallbacks(self, model: Model, key: KeyRecord) -> list[Model]:

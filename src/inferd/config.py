@@ -116,6 +116,18 @@ class AudioConfig:
     max_duration_s: float = 3600.0
 
 
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class ObserveConfig:
+    """`[metrics] enabled` (GET /metrics; false: 404) and `[logging] format` (text, or json: one
+    object per request on stderr), CONTRACT.md decision 18."""
+
+    metrics_enabled: bool = True
+    log_format: str = "text"
+
+
 @dataclass(frozen=True)
 class Catalogue:
     """Everything the TOML file holds."""
@@ -126,6 +138,7 @@ class Catalogue:
     batches: BatchConfig = field(default_factory=BatchConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
     source: str = "built-in catalogue"
 
 
@@ -140,6 +153,7 @@ class Settings:
     redis_prefix: str
     model_dir: Path
     batch_worker: bool = True  # run the batch worker inside `inferd serve`
+    log_format: str | None = None  # `--log-format` / INFERD_LOG_FORMAT; wins over `[logging] format`
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -159,6 +173,7 @@ class Settings:
             redis_prefix=env.get("INFERD_REDIS_PREFIX") or "inferd:",
             model_dir=model_dir,
             batch_worker=overrides.get("batch_worker", env.get("INFERD_BATCH_WORKER", "1") != "0"),
+            log_format=overrides.get("log_format") or env.get("INFERD_LOG_FORMAT") or None,
         )
 
     def environ(self) -> dict[str, str]:
@@ -175,6 +190,8 @@ class Settings:
             values["INFERD_REDIS_URL"] = self.redis_url
         if not self.batch_worker:
             values["INFERD_BATCH_WORKER"] = "0"
+        if self.log_format:
+            values["INFERD_LOG_FORMAT"] = self.log_format
         return values
 
 
@@ -189,7 +206,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
-_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio")
+_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging")
 
 
 class _Where:
@@ -359,6 +376,20 @@ def _positive_numbers(where: _Where, table: str, raw: dict[str, Any], kind: type
     return kind(**{key: float(value) for key, value in raw.items()})
 
 
+def _parse_observe(where: _Where, metrics: dict[str, Any], logging_: dict[str, Any]) -> ObserveConfig:
+    for table, raw, known in (("[metrics]", metrics, ("enabled",)), ("[logging]", logging_, ("format",))):
+        for key in raw:
+            if key not in known:
+                raise where.fail(table, key, f"unknown key (known: {', '.join(known)})")
+    enabled = metrics.get("enabled", True)
+    _typecheck(where, "[metrics]", "enabled", enabled, bool)
+    log_format = logging_.get("format", "text")
+    _typecheck(where, "[logging]", "format", log_format, str)
+    if log_format not in LOG_FORMATS:
+        raise where.fail("[logging]", "format", f"expected one of {', '.join(LOG_FORMATS)}")
+    return ObserveConfig(metrics_enabled=enabled, log_format=log_format)
+
+
 MAX_RETRIEVAL_TOP_K = 20  # passages a generate turn retrieves before its first model call (services/retrieval.py)
 
 # `[conversations]` keys and their types (CONTRACT.md); readers use `.get(key, default)`.
@@ -406,7 +437,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
                    for i, m in enumerate(models_raw))
     models = settle_names(models, [default_aliases(m, builtins) for m in models_raw], str(path))
     check_pools(models, str(path))
-    for table in ("conversations", "batches", "limits", "audio"):
+    for table in ("conversations", "batches", "limits", "audio", "metrics", "logging"):
         if table in raw and not isinstance(raw[table], dict):
             raise where.fail(f"[{table}]", None, "expected a table")
     return Catalogue(
@@ -416,5 +447,6 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         batches=_parse_batches(where, raw.get("batches", {})),
         limits=_positive_numbers(where, "[limits]", raw.get("limits", {}), RequestLimits),
         audio=_positive_numbers(where, "[audio]", raw.get("audio", {}), AudioConfig),
+        observe=_parse_observe(where, raw.get("metrics", {}), raw.get("logging", {})),
         source=str(path),
     )

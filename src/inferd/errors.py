@@ -21,6 +21,8 @@ class InferdError(Exception):
     type: str = "server_error"
     code: str = "internal_error"
     usage: Any = None  # the usage row (metering.Usage) of a failed engine call, set by the call stage
+    # Refusals counted by `inferd_rejections_total{reason}` (CONTRACT.md decision 18); None for the rest.
+    rejection: str | None = None
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
@@ -62,14 +64,25 @@ class UnreadableFile(InvalidRequest):
 
 class AuthenticationFailed(InferdError):
     status, type, code = 401, "authentication_error", "invalid_api_key"
+    rejection = "authentication"
 
 
 class BudgetExceeded(InferdError):
     status, type, code = 402, "billing_error", "budget_exceeded"
+    rejection = "budget"
 
 
 class PermissionDenied(InferdError):
     status, type, code = 403, "permission_error", "permission_denied"
+
+
+class AdminKeyRequired(PermissionDenied):
+    """An application or user key on a /v1/admin route (CONTRACT.md decision 19)."""
+
+    code = "admin_key_required"
+
+    def __init__(self) -> None:
+        super().__init__("This route takes an admin key (inferd keys create --type admin)")
 
 
 class NotFound(InferdError):
@@ -107,6 +120,7 @@ class RequestTimeout(_ClosesConnection):
 
 class RateLimited(InferdError):
     status, type, code = 429, "rate_limit_error", "rate_limit_exceeded"
+    rejection = "rate_limit"
 
     def __init__(self, retry_after: int) -> None:
         super().__init__(f"Rate limit exceeded: retry after {retry_after} s",
@@ -122,6 +136,7 @@ class ModelOverloaded(ServiceUnavailable):
     """Every deployment of the model was at `max_in_flight` for `queue_timeout_s` (CONTRACT.md 17)."""
 
     code = "model_overloaded"
+    rejection = "overloaded"
 
     def __init__(self, waited_s: float) -> None:
         retry_after = max(1, min(int(waited_s), 30))

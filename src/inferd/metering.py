@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.config import Cost, ModelConfig
 from inferd.limits.base import SpendCounter
+from inferd.observe.metrics import Metrics
 from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.keys import KeyRecord
@@ -168,15 +169,21 @@ def usage_for(key: KeyRecord, config: ModelConfig, workspace: str, status: int, 
 class UsageWriter:
     """Queues usage rows and commits everything waiting in one transaction."""
 
-    def __init__(self, sink: UsageSink, spend: SpendCounter) -> None:
+    def __init__(self, sink: UsageSink, spend: SpendCounter, metrics: Metrics) -> None:
         self._sink = sink
         self._spend = spend
+        self._metrics = metrics
         self._pending: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._committing = 0
         self.active = 0  # metered calls between their engine call and their row (kept by callers)
+
+    @property
+    def pending(self) -> int:
+        """Rows waiting for their commit (`inferd_usage_rows_pending`)."""
+        return len(self._pending)
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
@@ -215,7 +222,9 @@ class UsageWriter:
         try:
             for attempt in range(_MAX_COMMIT_ATTEMPTS):
                 try:
+                    began = time.perf_counter()
                     await self._sink.commit(rows, amounts)
+                    self._metrics.commit_seconds(time.perf_counter() - began)
                     error = None
                     break
                 except Exception as exc:  # the database may be briefly locked or restarting
@@ -225,6 +234,10 @@ class UsageWriter:
         finally:
             self._committing -= 1
         if error is None:
+            count = self._metrics.usage
+            for row in rows:
+                count(row["model"], row["prompt_tokens"], row["completion_tokens"], row["cached_prompt_tokens"],
+                      row["cost_usd"])
             try:
                 await self._spend.add(amounts)
             except Exception as exc:  # the rows are safe; counters reseed from the database

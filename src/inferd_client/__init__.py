@@ -10,6 +10,8 @@
 Reads are retried on 429, 5xx and connection failures (see `RetryPolicy`); writes are sent once.
 """
 
+from inferd_client._admin_types import (AdminKey, AdminKeyList, AuditEntry, AuditPage, CreatedKey, DeploymentHealth,
+                                        DeploymentList, OrgSettings)
 from inferd_client._async_client import AsyncClient
 from inferd_client._base import APIObject
 from inferd_client._calls import NOT_GIVEN, NotGiven
@@ -35,6 +37,8 @@ from inferd_client._types import (LIVE_BATCH_STATUSES, TERMINAL_BATCH_STATUSES, 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdminKey", "AdminKeyList", "AuditEntry", "AuditPage", "CreatedKey", "DeploymentHealth", "DeploymentList",
+    "OrgSettings",
     "APIConnectionError", "APIError", "APIObject", "APITimeoutError", "AsyncClient", "AsyncStream",
     "AuthenticationError", "BadRequestError", "Batch", "BatchPage", "BudgetExceededError", "ChatChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatMessage", "ChunkChoice", "ChunkDelta", "Client",

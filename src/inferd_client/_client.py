@@ -8,6 +8,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import httpx
 
+from inferd_client import _admin_routes as admin_routes
+from inferd_client._admin_types import AdminKey, AdminKeyList, AuditPage, CreatedKey, DeploymentList, OrgSettings
 from inferd_client import _routes as routes
 from inferd_client._calls import BATCH_ENDPOINT, BATCH_WINDOW, NOT_GIVEN, Call, FileSource, NotGiven
 from inferd_client._config import Settings, open_upload, poll_intervals
@@ -305,3 +307,45 @@ class Client:
                 raise WaitTimeout(f"batch {batch_id} still {batch.status} after {timeout} s", batch)
             sleep(delay)
 
+    # --- administration (an admin key, CONTRACT.md decision 19) ----------------------------------
+
+    def list_keys(self) -> AdminKeyList:
+        """The org's application and admin keys, revoked ones included."""
+        return self._call(admin_routes.list_keys())
+
+    def create_key(self, type: str = "application", *, name: str | None = None, user_email: str | None = None,
+                   budget_usd: float | None = None, rpm: int | None = None) -> CreatedKey:
+        """Mint a key in the admin's org; `secret` and `full_key` are returned this once."""
+        return self._call(admin_routes.create_key(type, name, user_email, budget_usd, rpm))
+
+    def get_key(self, access_key_id: str) -> AdminKey:
+        """One key of the org."""
+        return self._call(admin_routes.get_key(access_key_id))
+
+    def update_key(self, access_key_id: str, *, name: str | None | NotGiven = NOT_GIVEN,
+                   budget_usd: float | None | NotGiven = NOT_GIVEN,
+                   rpm: int | None | NotGiven = NOT_GIVEN) -> AdminKey:
+        """Change a key's name, budget or rpm (None removes a limit); only the arguments given are sent."""
+        return self._call(admin_routes.update_key(access_key_id, name, budget_usd, rpm))
+
+    def revoke_key(self, access_key_id: str) -> AdminKey:
+        """Revoke a key (401 from its next request on)."""
+        return self._call(admin_routes.revoke_key(access_key_id))
+
+    def get_org(self) -> OrgSettings:
+        """The org's allow-list and feature flags."""
+        return self._call(admin_routes.get_org())
+
+    def update_org(self, *, models: Sequence[str] | str | NotGiven = NOT_GIVEN,
+                   file_attachments: bool | NotGiven = NOT_GIVEN,
+                   web_search: bool | NotGiven = NOT_GIVEN) -> OrgSettings:
+        """Change the org's allow-list (a list, or "*") and feature flags; only the arguments given are sent."""
+        return self._call(admin_routes.update_org(models, file_attachments, web_search))
+
+    def deployments(self) -> DeploymentList:
+        """Every deployment's health as the answering server sees it."""
+        return self._call(admin_routes.deployments())
+
+    def audit(self, *, limit: int = 20, after: int | None = None) -> AuditPage:
+        """One page of the org's audit log, newest first; `after` an entry id to page on."""
+        return self._call(admin_routes.audit(limit, after))

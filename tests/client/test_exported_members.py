@@ -9,6 +9,8 @@ import sys
 import inferd_client
 
 EXPECTED = {
+    "AdminKey", "AdminKeyList", "AuditEntry", "AuditPage", "CreatedKey", "DeploymentHealth", "DeploymentList",
+    "OrgSettings",
     "APIConnectionError", "APIError", "APIObject", "APITimeoutError", "AsyncClient", "AsyncStream",
     "AuthenticationError", "BadRequestError", "Batch", "BatchPage", "BudgetExceededError", "ChatChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatMessage", "ChunkChoice", "ChunkDelta", "Client",

@@ -18,6 +18,11 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
                          the result's first 40 words (`mock-agent-loop`: always calls the tool, with
                          an empty query;
                          `mock-agent-drop`: after the tool result, two words, then the connection closes)
+- `mock-tools`           like `mock-agent`, blocking too: calls the tool `tool_choice` names (else the first
+                         offered) with `{"query": <last user message>}`, unless `tool_choice` is "none" or a
+                         tool result came after the last assistant message (then the answer draws on it)
+- `mock-stops`           honours `stop` as whole words of the reply and, like vLLM, names the stop string
+                         that ended it in the choice's `stop_reason`
 - `mock-crash`           answers 500 with a traceback naming a file path and an internal host
 - `mock-grounded`        (streams) reads the passages (`From <source>:` blocks) and the `Question:` line of
                          the last user message, and answers with the sentence of the passage sharing most
@@ -179,6 +184,41 @@ def _agent_step(body: dict[str, Any], model: str) -> tuple[list[Any], str]:
     return ["From", "the", "sources:", *result.split()[:40]], "stop"
 
 
+def _tools_step(body: dict[str, Any]) -> tuple[list[Any], str]:
+    """`mock-tools`: `_agent_step`, with the tool `tool_choice` names and no call under "none"."""
+    choice = body.get("tool_choice")
+    if choice == "none":
+        return list(REPLY_WORDS), "stop"
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        named = [t for t in body.get("tools") or [] if t["function"]["name"] == choice["function"]["name"]]
+        body = {**body, "tools": named or body.get("tools")}
+    messages = body.get("messages") or []
+    roles = [m.get("role") for m in messages]
+    if "tool" in roles and roles[::-1].index("tool") < (roles[::-1] + ["assistant"]).index("assistant"):
+        # A user's words after the tool results of the same turn: answer from the results all the same.
+        body = {**body, "messages": messages[:len(roles) - roles[::-1].index("tool")]}
+    return _agent_step(body, "mock-tools")
+
+
+def _stopped(body: dict[str, Any], words: list[str], finish: str) -> tuple[list[str], str, str | None]:
+    """`mock-stops`: the words before the first that is a `stop` string, and that string."""
+    stops = body.get("stop") or []
+    stops = [stops] if isinstance(stops, str) else stops
+    for index, word in enumerate(words):
+        if word in stops:
+            return words[:index], "stop", word
+    return words, finish, None
+
+
+def _tool_message(deltas: list[Any]) -> dict[str, Any]:
+    """The blocking message of `_agent_step`'s tool-call deltas."""
+    arguments = "".join(delta["function"]["arguments"] for delta in deltas)
+    first = deltas[0]
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": first["id"], "type": "function",
+                            "function": {"name": first["function"]["name"], "arguments": arguments}}]}
+
+
 class FakeUpstream:
     """The fake's state: recorded requests."""
 
@@ -190,7 +230,8 @@ class FakeUpstream:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append({"path": request.path, "body": body,
-                              "authorization": request.headers.get("Authorization")})
+                              "authorization": request.headers.get("Authorization"),
+                              "request_id": request.headers.get("x-request-id")})
         del self.requests[:-200]
         model = str(body.get("model", ""))
         sleep = _suffix_number(model, "mock-sleep-")
@@ -215,12 +256,24 @@ class FakeUpstream:
         if body.get("stream"):
             return await self._stream(request, body, model)
         words, finish = _reply_words(body)
-        message: dict[str, Any] = {"role": "assistant", "content": " ".join(words), "tool_calls": []}
+        stop_reason = None
+        if model == "mock-stops":
+            words, finish, stop_reason = _stopped(body, words, finish)
+        if model == "mock-tools":
+            words, finish = _tools_step(body)
+        if finish == "tool_calls":
+            message: dict[str, Any] = _tool_message(words)
+            words = [""]  # about one completion token per call
+        else:
+            message = {"role": "assistant", "content": " ".join(words), "tool_calls": []}
         if model == "mock-reasoning":
             message["reasoning_content"] = "thinking about it"
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+        if model == "mock-stops":
+            choice["stop_reason"] = stop_reason
         reply: dict[str, Any] = {
             "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "choices": [choice],
         }
         if model != "mock-nousage":
             reply["usage"] = _usage(body, len(words))
@@ -244,9 +297,16 @@ class FakeUpstream:
         words, finish = _reply_words(body)
         created = int(time.time())
 
+        stop_reason = None
+        if model == "mock-stops":
+            words, finish, stop_reason = _stopped(body, words, finish)
+
         def frame(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            if model == "mock-stops" and finish_reason:
+                choice["stop_reason"] = stop_reason
             chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+                     "choices": [choice]}
             return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
         async def write_split(data: bytes) -> None:
@@ -256,8 +316,8 @@ class FakeUpstream:
             await response.write(data[half:])
 
         await write_split(frame({"role": "assistant", "content": ""}))
-        if model.startswith("mock-agent"):
-            words, finish = _agent_step(body, model)
+        if model.startswith("mock-agent") or model == "mock-tools":
+            words, finish = _tools_step(body) if model == "mock-tools" else _agent_step(body, model)
             if finish == "tool_calls":
                 for delta in words:
                     await write_split(frame({"tool_calls": [delta]}))

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from inferd.errors import InferdError, MethodNotAllowed
+from inferd.observe.requests import current
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -41,8 +42,18 @@ async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[b
 USER_SCOPED_PREFIXES = ("/v1/conversations", "/v1/sources")
 
 
+def note_rejection(exc: InferdError) -> None:
+    """Note a refusal (401, 402, 429, 503 overloaded) on the request, for the metrics; every
+    error that answers a request passes here, whatever its envelope."""
+    if exc.rejection is not None:
+        note = current.get()
+        if note is not None:
+            note.rejection = exc.rejection
+
+
 def error_body(exc: InferdError, path: str) -> bytes:
-    """The error in the envelope of the route at `path`."""
+    """The error in the envelope of the route at `path` (the refusal noted for the metrics)."""
+    note_rejection(exc)
     return exc.app_body() if path.startswith(USER_SCOPED_PREFIXES) else exc.body()
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from inferd.api.body_limits import preauthenticated
-from inferd.auth.principal import require_long_lived, require_user_key
+from inferd.auth.principal import require_admin, require_long_lived, require_user_key
 from inferd.store.keys import KeyRecord
 
 if TYPE_CHECKING:
@@ -61,3 +61,12 @@ async def user_key(request: Request) -> KeyRecord:
 async def metered_user_key(request: Request) -> KeyRecord:
     """A user-scoped key on a metered user route (generate, vectorize): rate limit, then the parent's budget."""
     return await _admitted_user_key(request, metered=True)
+
+
+async def admin_key(request: Request) -> KeyRecord:
+    """An admin key (403 `admin_key_required` for any other type), rate limited, never 402."""
+    svc = services(request)
+    key = await caller_key(request)
+    require_admin(key)
+    await svc.limits.admit(key, metered=False)
+    return key

@@ -1,4 +1,5 @@
-"""GET /v1/usage and GET /v1/usage/summary: the calling key's usage rows and totals."""
+"""GET /v1/usage and GET /v1/usage/summary: the calling key's usage rows and totals; with an admin
+key, those of every key of its org (CONTRACT.md decision 19)."""
 
 from __future__ import annotations
 
@@ -119,26 +120,42 @@ def _json(body: dict[str, Any]) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-# The query both routes share. `org`, `key_id`, `user_id`, `team_id` are accepted and ignored:
-# a key only ever sees its own rows.
-def usage_query(key: KeyRecord = Depends(long_lived_key), model: str | None = None, workspace: str | None = None,
-                deployment: str | None = None,
-                metadata: str | None = Query(None, description="URL-encoded JSON object; containment"),
-                start: str | None = Query(None, alias="from", description="inclusive; RFC 3339 or YYYY-MM-DD"),
-                end: str | None = Query(None, alias="to", description="exclusive; RFC 3339 or YYYY-MM-DD"),
-                org: str | None = None, key_id: str | None = None, user_id: str | None = None,
-                team_id: str | None = None) -> UsageQuery:
-    """The calling key's rows in the window, filtered."""
+async def _scope(request: Request, key: KeyRecord, key_id: str | None) -> tuple[str, ...]:
+    """The charged keys whose rows the caller sees: its own, or every long-lived key of its org for
+    an admin key (user keys' rows carry the key that minted them), narrowed to `key_id` when given."""
+    if key.type != "admin":
+        return (key.charged_key_id,)
+    org_keys = await UsageRepository(services(request).db).org_key_ids(key.org_slug) or ()
+    if key_id:
+        return (key_id,) if key_id in org_keys else ()  # another org's key: no rows, not a hint it exists
+    return org_keys
+
+
+# The query both routes share. `org` and `team_id` are accepted and ignored; `key_id` and `user_id`
+# too for a self-scoped key, which only ever sees its own rows. An admin key filters by them.
+async def usage_query(request: Request, key: KeyRecord = Depends(long_lived_key), model: str | None = None,
+                      workspace: str | None = None, deployment: str | None = None,
+                      metadata: str | None = Query(None, description="URL-encoded JSON object; containment"),
+                      start: str | None = Query(None, alias="from",
+                                                description="inclusive; RFC 3339 or YYYY-MM-DD"),
+                      end: str | None = Query(None, alias="to", description="exclusive; RFC 3339 or YYYY-MM-DD"),
+                      org: str | None = None,
+                      key_id: str | None = Query(None, description="admin keys: one key of the org"),
+                      user_id: str | None = Query(None, description="admin keys: one user of the org"),
+                      team_id: str | None = None) -> UsageQuery:
+    """The caller's rows (its org's for an admin key) in the window, filtered."""
     since, to = _window(start, end)
-    return UsageQuery(key_ids=(key.charged_key_id,), start=since, end=to, model=model, workspace=workspace,
-                      deployment=deployment, metadata=_metadata(metadata))
+    admin = key.type == "admin"
+    return UsageQuery(key_ids=await _scope(request, key, key_id), start=since, end=to, model=model,
+                      workspace=workspace, deployment=deployment, metadata=_metadata(metadata),
+                      user_id=user_id if admin and user_id else None)
 
 
 @router.get("/v1/usage", response_model=UsagePage)
 async def list_usage(request: Request, query: UsageQuery = Depends(usage_query),
                      limit: str | None = Query(None, description="1 to 1000, default 100; clamped"),
                      offset: str | None = Query(None, description="0 to 100000")) -> Response:
-    """The calling key's usage rows, newest first."""
+    """The calling key's usage rows (its org's for an admin key), newest first."""
     page, skip = _paging(limit, offset)
     rows = await UsageRepository(services(request).db).page(query, page, skip)
     return _json({"success": True, "data": [_usage_row(r) for r in rows],
@@ -162,7 +179,8 @@ async def usage_summary(request: Request, key: KeyRecord = Depends(long_lived_ke
         raise InvalidRequest("from/to: the summary window may not exceed 366 days", param="from")
     page, skip = _paging(limit, offset)
     # A self-scoped key is one key (and one caller): key_id and user_id collapse to a single group.
-    collapsed = group_by in ("key_id", "user_id")
+    # An admin key sees its whole org: a group per key or per user.
+    collapsed = group_by in ("key_id", "user_id") and key.type != "admin"
     groups = await UsageRepository(services(request).db).summary(query, None if collapsed else group_by)
     if collapsed:
         caller = key.charged_key_id if group_by == "key_id" or key.user_id is None else str(key.user_id)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from inferd.auth.keys import parse_bearer, secret_matches
-from inferd.errors import AuthenticationFailed, PermissionDenied
+from inferd.errors import AdminKeyRequired, AuthenticationFailed, PermissionDenied
+from inferd.observe.requests import current
 from inferd.store.db import utcnow
 from inferd.store.keys import KeyRecord, KeyRepository
 
@@ -30,6 +31,10 @@ class Authenticator:
             raise AuthenticationFailed("API key revoked", code="key_revoked")
         if record.expires_at is not None and record.expires_at <= utcnow():
             raise AuthenticationFailed("API key expired", code="key_expired")
+        note = current.get()
+        if note is not None:  # for the access log
+            note.key_id = record.access_key_id
+            note.org = record.org_slug
         return record
 
 
@@ -45,3 +50,9 @@ def require_user_key(key: KeyRecord) -> None:
     if key.type != "user" or key.user_id is None:
         raise PermissionDenied("This route takes a user-scoped key (POST /v1/auth/exchange mints one)",
                                code="user_key_required")
+
+
+def require_admin(key: KeyRecord) -> None:
+    """Admin keys only, on /v1/admin/* (CONTRACT.md decision 19): any other type is 403 `admin_key_required`."""
+    if key.type != "admin":
+        raise AdminKeyRequired()

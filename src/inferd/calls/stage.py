@@ -27,6 +27,8 @@ from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, Engine
 from inferd.errors import EngineError, EngineTimeout, EngineUnavailable, InferdError, ModelOverloaded, RelayedError
 from inferd.metering import Usage, UsageWriter, usage_for
+from inferd.observe.metrics import Metrics
+from inferd.observe.requests import current
 from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.calls")
@@ -90,9 +92,10 @@ def failover_reason(exc: InferdError) -> str | None:
 class CallStage:
     """Routes, fails over and meters engine calls."""
 
-    def __init__(self, catalogue: ModelCatalogue, writer: UsageWriter) -> None:
+    def __init__(self, catalogue: ModelCatalogue, writer: UsageWriter, metrics: Metrics) -> None:
         self._catalogue = catalogue
         self._writer = writer
+        self.metrics = metrics
 
     def fallbacks(self, model: Model, key: KeyRecord, capability: type[Engine]) -> list[Model]:
         """The model's fallbacks the key may use now that can serve the same capability, in order."""
@@ -158,6 +161,7 @@ class CallStage:
             usage = usage_for(billing.key, deployment.config, billing.workspace, 200, answer.prompt_tokens,
                               answer.completion_tokens, started=started, cached=answer.cached_tokens,
                               metadata=billing.metadata, price_factor=billing.price_factor, cost_usd=answer.cost_usd)
+            _noted(usage)
             if record:
                 await self._writer.record(usage)
             return Metered(answer.value, usage, answering, deployment)
@@ -181,6 +185,7 @@ class CallStage:
         usage = usage_for(billing.key, deployment.config, billing.workspace, exc.status, 0, 0, started=started,
                           metadata=billing.metadata, price_factor=billing.price_factor)
         exc.usage = usage
+        _noted(usage)
         if record:
             await self._writer.record(usage)
 
@@ -225,7 +230,16 @@ class CallStage:
                 raise
             finally:
                 self._writer.active -= 1
-        return StreamLease(self, billing, answering, answering.deployments[index], index, first, events, started)
+        deployment = answering.deployments[index]
+        self.metrics.first_token(answering.id, deployment.name, time.perf_counter() - started)
+        return StreamLease(self, billing, answering, deployment, index, first, events, started)
+
+
+def _noted(usage: Usage) -> None:
+    """Tell the request's access log which model and deployment answered, and the tokens."""
+    note = current.get()
+    if note is not None:
+        note.metered(usage.model, usage.deployment, usage.prompt_tokens, usage.completion_tokens)
 
 
 class _Exhausted(Exception):
@@ -242,11 +256,12 @@ class _Route:
     fallback's. `next` takes a slot on the next one (waiting in line when all are full) and the
     caller releases it (`Pool.release`); None when nothing is left to try."""
 
-    __slots__ = ("_stage", "_model", "_key", "_capability", "_affinity", "_tried", "_deadline", "_fallbacks")
+    __slots__ = ("_stage", "_origin", "_model", "_key", "_capability", "_affinity", "_tried", "_deadline", "_fallbacks")
 
     def __init__(self, stage: CallStage, model: Model, key: KeyRecord, capability: type[Engine],
                  affinity: str | None) -> None:
         self._stage = stage
+        self._origin = model.id
         self._model = model
         self._key = key
         self._capability = capability
@@ -271,7 +286,9 @@ class _Route:
                 self._fallbacks = self._stage.fallbacks(self._model, self._key, self._capability)
             if not self._fallbacks:
                 return None
-            self._model = self._fallbacks.pop(0)
+            fallback = self._fallbacks.pop(0)
+            self._stage.metrics.fallback(self._origin, fallback.id)
+            self._model = fallback
             self._tried = []
             self._deadline = 0.0
 
@@ -298,6 +315,7 @@ class StreamLease:
         usage = usage_for(self._billing.key, self.deployment.config, self._billing.workspace, status, prompt,
                           completion, started=self.started, cached=cached, metadata=self._billing.metadata,
                           price_factor=self._billing.price_factor)
+        _noted(usage)
         try:
             await self._stage.record(usage)
         finally:

@@ -1,14 +1,19 @@
-"""`inferd keys create …` and `inferd keys revoke ACCESS_KEY_ID`."""
+"""`inferd keys create …`, `inferd keys update ACCESS_KEY_ID …` and `inferd keys revoke ACCESS_KEY_ID`.
+
+Each command records its change in the org's audit log with the actor `cli` (CONTRACT.md 19).
+"""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.cli.common import run_with_db, settings_from_env
+from inferd.store.audit import CLI_ACTOR, AuditEntry
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
 from inferd.store.users import UserRepository
@@ -16,14 +21,18 @@ from inferd.store.users import UserRepository
 
 async def create_key(engine: AsyncEngine, org_slug: str, key_type: str, name: str | None = None,
                      user_email: str | None = None, budget_usd: float | None = None,
-                     rpm: int | None = None) -> tuple[str, str]:
-    """Mint a long-lived key (creating the org when missing); returns (access key id, secret)."""
+                     rpm: int | None = None, actor: str | None = None) -> tuple[str, str]:
+    """Mint a long-lived key (creating the org when missing); returns (access key id, secret).
+    With `actor` the creation is recorded in the audit log (the commands do; the test harness and
+    the first start's bootstrap key do not)."""
     org = await OrgRepository(engine).get_or_create(org_slug)
     user_id = await UserRepository(engine).get_or_create_by_email(org.id, user_email) if user_email else None
     access_key_id, secret = mint()
+    audit = None if actor is None else AuditEntry(actor, "key.create", access_key_id, {
+        "type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm})
     await KeyRepository(engine).create(access_key_id=access_key_id, secret_hash=hash_secret(secret),
-                                           key_type=key_type, org_id=org.id, name=name, user_id=user_id,
-                                           budget_usd=budget_usd, rpm=rpm)
+                                       key_type=key_type, org_id=org.id, name=name, user_id=user_id,
+                                       budget_usd=budget_usd, rpm=rpm, audit=audit)
     return access_key_id, secret
 
 
@@ -45,7 +54,7 @@ def create(org_slug: str, key_type: str, name: str | None, user_email: str | Non
     """Mint a key; the secret is shown once and stored only as a hash."""
 
     async def work(engine: AsyncEngine) -> tuple[str, str]:
-        return await create_key(engine, org_slug, key_type, name, user_email, budget_usd, rpm)
+        return await create_key(engine, org_slug, key_type, name, user_email, budget_usd, rpm, actor=CLI_ACTOR)
 
     access_key_id, secret = run_with_db(settings_from_env(), work)
     full_key = f"{access_key_id}:{secret}"
@@ -63,8 +72,38 @@ def revoke(access_key_id: str) -> None:
     """Revoke a key: it answers 401 from then on."""
 
     async def work(engine: AsyncEngine) -> bool:
-        return await KeyRepository(engine).revoke(access_key_id)
+        return await KeyRepository(engine).revoke(access_key_id, actor=CLI_ACTOR)
 
     if not run_with_db(settings_from_env(), work):
         raise click.ClickException(f"no live key {access_key_id}")
     click.echo(f"revoked {access_key_id}")
+
+
+@keys.command("update")
+@click.argument("access_key_id")
+@click.option("--name", default=None, help="A new name.")
+@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="A new monthly budget in USD.")
+@click.option("--no-budget", is_flag=True, help="Remove the monthly budget.")
+@click.option("--rpm", type=click.IntRange(min=1), default=None, help="A new requests-per-minute limit.")
+@click.option("--no-rpm", is_flag=True, help="Remove the requests-per-minute limit.")
+def update(access_key_id: str, name: str | None, budget_usd: float | None, no_budget: bool, rpm: int | None,
+           no_rpm: bool) -> None:
+    """Change a key's name, budget or rate limit; running servers obey it from the next request."""
+    if budget_usd is not None and no_budget or rpm is not None and no_rpm:
+        raise click.UsageError("give a new limit or remove it, not both")
+    changes: dict[str, Any] = {}
+    if name is not None:
+        changes["name"] = name
+    if budget_usd is not None or no_budget:
+        changes["budget_usd"] = budget_usd
+    if rpm is not None or no_rpm:
+        changes["rpm"] = rpm
+    if not changes:
+        raise click.UsageError("nothing to change: give --name, --budget-usd, --no-budget, --rpm or --no-rpm")
+
+    async def work(engine: AsyncEngine) -> bool:
+        return await KeyRepository(engine).update(access_key_id, None, changes, CLI_ACTOR)
+
+    if not run_with_db(settings_from_env(), work):
+        raise click.ClickException(f"no application or admin key {access_key_id}")
+    click.echo(f"updated {access_key_id}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))

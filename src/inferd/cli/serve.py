@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import click
@@ -12,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from inferd.app import InferdApp, load_config
 from inferd.cli.common import run_with_db, settings_from_env
 from inferd.cli.keys import create_key
-from inferd.config import Settings
+from inferd.config import LOG_FORMATS, Settings
 from inferd.errors import ConfigError
 from inferd.store.orgs import OrgRepository
 
@@ -30,9 +32,9 @@ async def bootstrap(engine: AsyncEngine) -> str | None:
 LIMITS_HELP = """\b
 Limits on one request (CONTRACT.md decision 22):
   request bodies are capped while they arrive (413 request_too_large, the
-  connection closed): 32 MiB on chat, count_tokens, embeddings and rerank;
-  64 KiB on /v1/auth/exchange; 1 MiB on other JSON routes; uploads 64 MiB
-  (files), 50 MB (vectorize, multipart generate), 75 MiB (transcriptions).
+  connection closed): 32 MiB on chat, count_tokens, embeddings, rerank and
+  messages; 64 KiB on /v1/auth/exchange; 1 MiB on other JSON routes; uploads
+  64 MiB (files), 50 MB (vectorize, multipart generate), 75 MiB (transcriptions).
   Embeddings take at most 2048 inputs, rerank 1000 documents (400 beyond).
 \b
 Set in the configuration file:
@@ -55,11 +57,14 @@ Keys carry their own limits: inferd keys create --budget-usd X --rpm N.
               help="Data directory (default: $INFERD_DATA_DIR, else ./data).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--no-batch-worker", is_flag=True, help="Do not run the batch worker in this process.")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default=None,
+              help="text (default; warnings with request ids) or json (one object per request on stderr). "
+                   "Default: [logging] format of the configuration file.")
 def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None, workers: int,
-          no_batch_worker: bool) -> None:
+          no_batch_worker: bool, log_format: str | None) -> None:
     """Run the HTTP server."""
     settings = settings_from_env(config_path=config_path, data_dir=data_dir,
-                                 batch_worker=False if no_batch_worker else None)
+                                 batch_worker=False if no_batch_worker else None, log_format=log_format)
     try:
         load_config(settings)
     except ConfigError as exc:
@@ -81,7 +86,13 @@ def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None,
         uvicorn.run(InferdApp(settings), **options)  # type: ignore[arg-type]
     else:
         os.environ.update(settings.environ())  # each worker process rebuilds the same settings
-        uvicorn.run("inferd.app:create_app", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+        # The workers share their metrics through files in a fresh folder (GET /metrics sums them).
+        metrics_dir = tempfile.mkdtemp(prefix="inferd-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        try:
+            uvicorn.run("inferd.app:create_app", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+        finally:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def _database_label(settings: Settings) -> str:

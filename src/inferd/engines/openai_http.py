@@ -15,6 +15,7 @@ from inferd.config import ModelConfig
 from inferd.engines.base import TokenCount, estimate_tokens
 from inferd.engines.hf_tokenizer import ChatTemplateTokenizer
 from inferd.engines.transcripts import PLAIN_FORMATS, spoken_text
+from inferd.observe.requests import current_request_id
 from inferd.errors import (ConfigError, EngineCredentialsRefused, EngineError, EngineTimeout, EngineUnavailable,
                            RelayedError)
 
@@ -110,7 +111,10 @@ class OpenAIHTTPEngine:
         return self._failed(EngineTimeout, waited, url)
 
     async def _send(self, method: str, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
-        """One request, up to the answer's status line."""
+        """One request, up to the answer's status line, carrying the request's `x-request-id`."""
+        request_id = current_request_id()
+        if request_id is not None:
+            kwargs["headers"] = {**kwargs.get("headers", self._headers), "x-request-id": request_id}
         try:
             return await self._client().request(method, url, **kwargs)
         except asyncio.TimeoutError:

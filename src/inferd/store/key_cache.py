@@ -1,4 +1,4 @@
-"""A cache of key records on PostgreSQL, dropped by LISTEN/NOTIFY whenever a key is revoked."""
+"""A cache of key records on PostgreSQL, dropped by LISTEN/NOTIFY whenever a key or its org changes."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("inferd.store.key_cache")
 
 KEYS_CHANNEL = "inferd_keys"
-_TTL_SECONDS = 60.0  # other changes (budgets, allow-lists) show within a minute
+_TTL_SECONDS = 60.0  # a safety net: every change through KeyRepository.propagate drops the cache at once
 _RETRY_SECONDS = 5.0
+_HEARD_TIMEOUT_SECONDS = 2.0
 
 
 class KeyCache:
@@ -54,6 +55,15 @@ class KeyCache:
         """Keep a record read at `generation`, unless a revocation arrived since."""
         if self._listener is not None and generation == self._generation:
             self._records[record.access_key_id] = (record, time.monotonic() + _TTL_SECONDS)
+
+    async def heard(self, generation: int, timeout_s: float = _HEARD_TIMEOUT_SECONDS) -> None:
+        """Wait until an invalidation newer than `generation` arrived (or the listener is down, or
+        `timeout_s` passed). PostgreSQL delivers a NOTIFY to every listener at the same commit, so
+        once this server heard its own, every replica has it on the wire: a change answered after
+        this holds on the next request, whichever replica takes it."""
+        deadline = time.monotonic() + timeout_s
+        while self._generation == generation and self._listener is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
 
     def _invalidate(self, *_: Any) -> None:
         self._generation += 1

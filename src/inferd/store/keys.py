@@ -1,20 +1,25 @@
-"""Long-lived and user keys: create, revoke, and the per-request lookup."""
+"""Long-lived and user keys: the per-request lookup, create, revoke, and the admin's view and changes."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
-from sqlalchemy import insert, text, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import insert, select, text, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from inferd.store.audit import AuditEntry, write_entry
 from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.key_cache import KEYS_CHANNEL, KeyCache
 from inferd.store.orgs import decode_allowed
-from inferd.store.tables import api_keys
+from inferd.store.tables import api_keys, key_spend, users
+
+T = TypeVar("T")
+ADMINISTERED_TYPES = ("application", "admin")  # user keys are minted by the exchange, not administered
+KEY_SETTINGS = ("name", "budget_usd", "rpm")  # what an admin may change on a key
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,21 @@ class KeyRecord:
     # The requests-per-minute window this key counts against: its own for a long-lived key; for a
     # user key, one per (parent key, user), so minting more keys never multiplies a user's rate.
     rate_window: str
+
+
+@dataclass(frozen=True)
+class KeyView:
+    """A long-lived key as its org's admin sees it: never its secret or hash."""
+
+    access_key_id: str
+    name: str | None
+    type: str
+    user_email: str | None
+    budget_usd: float | None
+    rpm: int | None
+    created_at: datetime
+    revoked_at: datetime | None
+    spend_usd: float  # this month's
 
 
 _LOOKUP = """
@@ -113,25 +133,89 @@ class KeyRepository:
     async def create(self, *, access_key_id: str, secret_hash: str, key_type: str, org_id: int,
                      name: str | None = None, user_id: int | None = None, budget_usd: float | None = None,
                      rpm: int | None = None, parent_key_id: int | None = None,
-                     expires_at: datetime | None = None) -> int:
-        """Store a new key (its secret only as a hash); returns the row id."""
+                     expires_at: datetime | None = None, audit: AuditEntry | None = None) -> int:
+        """Store a new key (its secret only as a hash), and `audit` in the same transaction; returns the row id."""
         async with self._engine.begin() as conn:
             result = await conn.execute(insert(api_keys).values(
                 access_key_id=access_key_id, secret_hash=secret_hash, type=key_type, org_id=org_id, name=name,
                 user_id=user_id, budget_usd=budget_usd, rpm=rpm, parent_key_id=parent_key_id,
                 expires_at=expires_at, created_at=utcnow()))
+            if audit is not None:
+                await write_entry(conn, org_id, audit)
             return int(result.inserted_primary_key[0])
 
-    async def revoke(self, access_key_id: str) -> bool:
-        """Mark a key revoked; False when no such live key exists."""
+    async def revoke(self, access_key_id: str, actor: str | None = None, org_id: int | None = None) -> bool:
+        """Mark a key revoked (of org `org_id` only, when given), recording `key.revoke` by `actor`
+        when given; False when no such live key exists."""
+
+        async def write(conn: AsyncConnection) -> bool:
+            where = [api_keys.c.access_key_id == access_key_id, api_keys.c.revoked_at.is_(None)]
+            if org_id is not None:
+                where.append(api_keys.c.org_id == org_id)
+            owner = (await conn.execute(select(api_keys.c.org_id).where(*where))).scalar()
+            if owner is None:
+                return False
+            await conn.execute(update(api_keys).where(*where).values(revoked_at=utcnow()))
+            if actor is not None:
+                await write_entry(conn, int(owner), AuditEntry(actor, "key.revoke", access_key_id))
+            return True
+
+        return await self.propagate(write, access_key_id)
+
+    async def update(self, access_key_id: str, org_id: int | None, changes: Mapping[str, Any], actor: str) -> bool:
+        """Set some of a long-lived key's `name`, `budget_usd`, `rpm` (None removes a limit), recording
+        `key.update` by `actor` with each changed value's before and after; False when there is no
+        such key (in org `org_id`, when given)."""
+
+        async def write(conn: AsyncConnection) -> bool:
+            where = [api_keys.c.access_key_id == access_key_id, api_keys.c.type.in_(ADMINISTERED_TYPES)]
+            if org_id is not None:
+                where.append(api_keys.c.org_id == org_id)
+            before = (await conn.execute(select(api_keys.c.org_id, *(api_keys.c[name] for name in KEY_SETTINGS))
+                                         .where(*where))).mappings().first()
+            if before is None:
+                return False
+            values = {name: changes[name] for name in KEY_SETTINGS if name in changes}
+            if values:
+                await conn.execute(update(api_keys).where(*where).values(**values))
+                details = {name: {"from": before[name], "to": value} for name, value in values.items()}
+                await write_entry(conn, int(before["org_id"]), AuditEntry(actor, "key.update", access_key_id,
+                                                                          details))
+            return True
+
+        return await self.propagate(write, access_key_id)
+
+    async def propagate(self, write: Callable[[AsyncConnection], Awaitable[T]], what: str = "") -> T:
+        """Run `write` in one transaction with a NOTIFY that drops every server's key cache at its
+        commit (PostgreSQL), for any change to what `lookup` returns: a revocation, a key's limits,
+        its org's allow-list. This server answers only once its own listener heard it, so the next
+        request obeys the change on every replica."""
+        generation = await self._cache.generation() if self._cache is not None else 0
         async with self._engine.begin() as conn:
-            result = await conn.execute(update(api_keys).where(
-                api_keys.c.access_key_id == access_key_id, api_keys.c.revoked_at.is_(None)
-            ).values(revoked_at=utcnow()))
-            if conn.dialect.name == "postgresql":  # delivered at commit to every server's cache
-                await conn.execute(text("SELECT pg_notify(:channel, :key)"),
-                                   {"channel": KEYS_CHANNEL, "key": access_key_id})
-            return bool(result.rowcount)
+            result = await write(conn)
+            if conn.dialect.name == "postgresql":
+                await conn.execute(text("SELECT pg_notify(:channel, :key)"), {"channel": KEYS_CHANNEL, "key": what})
+        if self._cache is not None:
+            await self._cache.heard(generation)
+        return result
+
+    async def administered(self, org_id: int, month: str, access_key_id: str | None = None) -> list["KeyView"]:
+        """The org's application and admin keys (user keys minted by the exchange are short-lived and
+        charged to their parent, so they are not listed), oldest first, with `month`'s spend; one
+        key when `access_key_id` is given (none when it is not the org's)."""
+        stmt = (select(api_keys.c.access_key_id, api_keys.c.name, api_keys.c.type, users.c.email,
+                       api_keys.c.budget_usd, api_keys.c.rpm, api_keys.c.created_at, api_keys.c.revoked_at,
+                       key_spend.c.spend_usd)
+                .select_from(api_keys.outerjoin(users, users.c.id == api_keys.c.user_id).outerjoin(
+                    key_spend, (key_spend.c.key_id == api_keys.c.access_key_id) & (key_spend.c.month == month)))
+                .where(api_keys.c.org_id == org_id, api_keys.c.type.in_(ADMINISTERED_TYPES))
+                .order_by(api_keys.c.id))
+        if access_key_id is not None:
+            stmt = stmt.where(api_keys.c.access_key_id == access_key_id)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [KeyView(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], float(row[8] or 0.0))
+                for row in rows]
 
     async def close(self) -> None:
         """Close the PostgreSQL listener (the hot SQLite connection belongs to its creator)."""

@@ -278,3 +278,19 @@ usage_rollup = Table(
     Column("cost_usd", Float, nullable=False),
     sqlite_with_rowid=False,  # clustered by (key_id, span, period): a window is one contiguous range
 )
+
+
+# Administrative changes (migration 0008, CONTRACT.md decision 19): append-only, one row per
+# key.create, key.update, key.revoke or org.update. `actor` is the admin key's access key id or
+# `cli`; `details` a JSON object that never holds a secret.
+audit_log = Table(
+    "audit_log", metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False),
+    Column("at", DateTime(), nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("target", String(256), nullable=False),
+    Column("details", Text, nullable=False),
+    Index("ix_audit_log_org_id", "org_id", "id"),
+)

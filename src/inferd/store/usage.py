@@ -110,6 +110,7 @@ class UsageQuery:
     workspace: str | None = None
     deployment: str | None = None
     metadata: dict[str, str] | None = None
+    user_id: str | None = None  # not a rollup dimension: a query with it reads rows only
 
 
 @dataclass
@@ -207,7 +208,7 @@ class UsageRepository:
     def _filters(self, table: Any, query: UsageQuery, sql_metadata: bool) -> list[ColumnElement[bool]]:
         keys = table.c.key_id == query.key_ids[0] if len(query.key_ids) == 1 else table.c.key_id.in_(query.key_ids)
         clauses: list[ColumnElement[bool]] = [keys]
-        for name in ("model", "workspace", "deployment"):
+        for name in ("model", "workspace", "deployment", "user_id"):
             value = getattr(query, name)
             if value is not None:
                 clauses.append(table.c[name] == value)
@@ -228,7 +229,8 @@ class UsageRepository:
         newest_first = (usage_rows.c.created_at.desc(), usage_rows.c.id.desc())
         async with self._engine.connect() as conn:
             end = query.end
-            if offset >= SEEK_FROM_OFFSET and (query.metadata or query.deployment is not None):
+            if offset >= SEEK_FROM_OFFSET and (query.metadata or query.deployment is not None) \
+                    and query.user_id is None:  # the rollup counts the seek reads know no users
                 end, offset = await self._seek(conn, query, offset)
             ids = (select(usage_rows.c.id)
                    .where(*self._filters(usage_rows, query, True), usage_rows.c.created_at >= query.start,
@@ -324,7 +326,7 @@ class UsageRepository:
         rollup dimension: rows only)."""
         if not query.key_ids:
             return []
-        if group == "user_id":  # not a rollup dimension
+        if group == "user_id" or query.user_id is not None:  # not a rollup dimension
             parts = [("rows", query.start, query.end)]
         else:
             parts = _ranges(query.start, query.end, months=group != "day")

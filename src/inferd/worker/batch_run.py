@@ -108,6 +108,12 @@ class BatchRun:
             # Nothing of a failed transaction stayed; recording is idempotent, so put them back.
             self.results[:0] = batch
             raise
+        for result in batch:
+            worker.metrics.batch_line(result.state == "succeeded")
+            row = result.usage_row
+            if row is not None:
+                worker.metrics.usage(row["model"], row["prompt_tokens"], row["completion_tokens"],
+                                     row["cached_prompt_tokens"], row["cost_usd"])
         if amounts:
             try:
                 await worker.limits.spend.add(amounts)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.config import BatchConfig
 from inferd.limits.base import Limits
+from inferd.observe.metrics import Metrics
 from inferd.services.batches import LEASE_SECONDS, BatchService
 from inferd.store.batches import LeaseLost
 from inferd.store.db import utcnow
@@ -36,8 +37,9 @@ class BatchWorker:
     """Claims and runs batches until stopped; also deletes files past their retention."""
 
     def __init__(self, service: BatchService, chat: ChatService, limits: Limits, keys: KeyRepository,
-                 config: BatchConfig) -> None:
+                 config: BatchConfig, metrics: Metrics) -> None:
         self.service = service
+        self.metrics = metrics
         self.limits = limits
         self.keys = keys
         self.config = config
@@ -118,4 +120,5 @@ class BatchWorker:
 
 def worker_for(services: "Services") -> BatchWorker:
     """A worker over the services an app (or `inferd batch-worker`) built."""
-    return BatchWorker(services.batches, services.chat, services.limits, services.keys, services.config.batches)
+    return BatchWorker(services.batches, services.chat, services.limits, services.keys, services.config.batches,
+                       services.metrics)

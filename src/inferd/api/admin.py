@@ -1,0 +1,86 @@
+"""/v1/admin: an admin key administers its own org's keys and settings, reads the deployments'
+health and the audit log (CONTRACT.md decision 19). Any other key type is 403 `admin_key_required`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from inferd.api.deps import admin_key, services
+from inferd.protocol.admin import (AuditList, CreatedKey, DeploymentList, KeyCreateRequest, KeyList, KeyObject,
+                                   KeyUpdateRequest, OrgSettings, OrgUpdateRequest)
+from inferd.services.admin import Administration
+from inferd.store.keys import KeyRecord
+
+router = APIRouter(tags=["admin"])
+
+
+async def administration(request: Request) -> Administration:
+    """The admin service over this app's stores (it holds nothing of its own; async: no thread hop)."""
+    svc = services(request)
+    return Administration(svc.db, svc.keys, svc.orgs, svc.catalogue)
+
+
+@router.get("/v1/admin/keys", response_model=KeyList)
+async def list_keys(admin: KeyRecord = Depends(admin_key),
+                    service: Administration = Depends(administration)) -> dict[str, Any]:
+    """The org's application and admin keys (user keys minted by the exchange are not listed)."""
+    return {"object": "list", "data": await service.list_keys(admin)}
+
+
+@router.post("/v1/admin/keys", response_model=CreatedKey, status_code=201)
+async def create_key(body: KeyCreateRequest, admin: KeyRecord = Depends(admin_key),
+                     service: Administration = Depends(administration)) -> dict[str, Any]:
+    """Mint a key in the admin's org; `secret` and `full_key` are shown here only."""
+    return await service.create_key(admin, body.type, body.name, body.user_email, body.budget_usd, body.rpm)
+
+
+@router.get("/v1/admin/keys/{access_key_id}", response_model=KeyObject)
+async def get_key(access_key_id: str, admin: KeyRecord = Depends(admin_key),
+                  service: Administration = Depends(administration)) -> dict[str, Any]:
+    """One key of the org."""
+    return await service.get_key(admin, access_key_id)
+
+
+@router.patch("/v1/admin/keys/{access_key_id}", response_model=KeyObject)
+async def update_key(access_key_id: str, body: KeyUpdateRequest, admin: KeyRecord = Depends(admin_key),
+                     service: Administration = Depends(administration)) -> dict[str, Any]:
+    """Change `name`, `budget_usd`, `rpm` (null removes a limit); obeyed from the next request on."""
+    return await service.update_key(admin, access_key_id, body.model_dump(include=body.model_fields_set))
+
+
+@router.delete("/v1/admin/keys/{access_key_id}", response_model=KeyObject)
+async def revoke_key(access_key_id: str, admin: KeyRecord = Depends(admin_key),
+                     service: Administration = Depends(administration)) -> dict[str, Any]:
+    """Revoke a key (401 from then on); the answer carries `revoked_at`."""
+    return await service.revoke_key(admin, access_key_id)
+
+
+@router.get("/v1/admin/org", response_model=OrgSettings)
+async def get_org(admin: KeyRecord = Depends(admin_key),
+                  service: Administration = Depends(administration)) -> dict[str, Any]:
+    """The org's allow-list and feature flags."""
+    return await service.org(admin)
+
+
+@router.patch("/v1/admin/org", response_model=OrgSettings)
+async def update_org(body: OrgUpdateRequest, admin: KeyRecord = Depends(admin_key),
+                     service: Administration = Depends(administration)) -> dict[str, Any]:
+    """Change any of `models` (a list or "*"), `file_attachments`, `web_search`."""
+    return await service.update_org(admin, body.model_dump(include=body.model_fields_set))
+
+
+@router.get("/v1/admin/deployments", response_model=DeploymentList)
+async def list_deployments(admin: KeyRecord = Depends(admin_key),
+                           service: Administration = Depends(administration)) -> dict[str, Any]:
+    """Every deployment's health as this server sees it."""
+    return {"object": "list", "data": service.deployments()}
+
+
+@router.get("/v1/admin/audit", response_model=AuditList)
+async def audit(limit: int = Query(20, ge=1, le=100), after: int | None = Query(None, description="an entry id"),
+                admin: KeyRecord = Depends(admin_key),
+                service: Administration = Depends(administration)) -> dict[str, Any]:
+    """The org's administrative changes, newest first; `after` pages to older entries."""
+    return await service.audit(admin, limit, after)

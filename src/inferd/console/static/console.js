@@ -1,0 +1,365 @@
+// inferd web console: Alpine.js components over the admin API (CONTRACT.md decision 19); the
+// usage page is in usage.js.
+// The admin key lives in sessionStorage only and is sent as `Authorization: Bearer` to this
+// server's /v1 routes; nothing else is contacted.
+"use strict";
+
+const KEY_ITEM = "inferd.console.key";
+const TABS = [
+  { id: "usage", label: "Usage" },
+  { id: "keys", label: "Keys" },
+  { id: "batches", label: "Batches" },
+  { id: "deployments", label: "Deployments" },
+];
+const REFRESH_MS = 5000;
+const BATCH_RUNNING = new Set(["validating", "in_progress", "finalizing", "cancelling"]);
+
+class ApiError extends Error {
+  constructor(status, message, code) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** A call to this server's API with the signed-in key; the parsed JSON, or the Response when raw. */
+async function api(path, { method = "GET", body, raw = false, key } = {}) {
+  const headers = { Authorization: `Bearer ${key || sessionStorage.getItem(KEY_ITEM) || ""}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store",
+  });
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    let code;
+    try {
+      const envelope = await response.json();
+      message = envelope.error?.message || message;
+      code = envelope.error?.code;
+    } catch { /* not JSON */ }
+    if (response.status === 401 && !key) {
+      Alpine.store("session").signOut("The admin key is no longer accepted (revoked or expired): sign in again.");
+    }
+    throw new ApiError(response.status, message, code);
+  }
+  return raw ? response : response.json();
+}
+
+function query(params) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null && value !== "") search.set(name, value);
+  }
+  return search.toString();
+}
+
+// --- formatting, shared by the components -------------------------------------------------
+
+const format = {
+  money(value) {
+    const amount = Number(value || 0);
+    const size = Math.abs(amount);
+    const digits = size === 0 || size >= 1 ? 2 : size >= 0.01 ? 4 : 6;
+    return "$" + amount.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: digits });
+  },
+  count(value) {
+    return Number(value || 0).toLocaleString("en-US");
+  },
+  /** Unix seconds or an ISO 8601 string, as `YYYY-MM-DD HH:MM UTC`. */
+  when(value) {
+    if (value === null || value === undefined || value === "") return "—";
+    const moment = typeof value === "number" ? new Date(value * 1000) : new Date(value);
+    if (Number.isNaN(moment.getTime())) return String(value);
+    return moment.toISOString().slice(0, 16).replace("T", " ") + " UTC";
+  },
+};
+
+function isoDay(date) {
+  return date.toISOString().slice(0, 10);
+}
+
+function addDays(day, days) {
+  const date = new Date(day + "T00:00:00Z");
+  date.setUTCDate(date.getUTCDate() + days);
+  return isoDay(date);
+}
+
+function blankOrNumber(value, integer) {
+  if (value === "" || value === null || value === undefined) return null;
+  return integer ? parseInt(value, 10) : Number(value);
+}
+
+function download(blob, filename) {
+  const url = URL.createObjectURL(blob);
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = filename;
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+/** Calls `work` every REFRESH_MS while the component lives (and the tab is visible). */
+function poller(work) {
+  const timer = setInterval(() => { if (!document.hidden) work(); }, REFRESH_MS);
+  return () => clearInterval(timer);
+}
+
+document.addEventListener("alpine:init", () => {
+  Alpine.store("session", {
+    tabs: TABS,
+    signedIn: false,
+    org: { slug: "" },
+    page: "usage",
+    notice: "",
+
+    init() {
+      window.addEventListener("hashchange", () => this.route());
+      this.route();
+      const key = sessionStorage.getItem(KEY_ITEM);
+      if (key) this.signIn(key).catch(() => this.signOut());
+    },
+    route() {
+      const page = location.hash.replace(/^#\/?/, "");
+      this.page = TABS.some((tab) => tab.id === page) ? page : "usage";
+    },
+    /** Checks the key on GET /v1/admin/org (403 for a key that is not an admin key). */
+    async signIn(key) {
+      this.org = await api("/v1/admin/org", { key });
+      sessionStorage.setItem(KEY_ITEM, key);
+      this.signedIn = true;
+    },
+    signOut(notice = "") {
+      sessionStorage.removeItem(KEY_ITEM);
+      this.signedIn = false;
+      this.org = { slug: "" };
+      this.notice = notice;
+    },
+  });
+
+  Alpine.data("signIn", () => ({
+    key: "",
+    error: Alpine.store("session").notice,
+    busy: false,
+    async submit() {
+      this.busy = true;
+      this.error = "";
+      try {
+        await Alpine.store("session").signIn(this.key.trim());
+        this.key = "";
+      } catch (failure) {
+        this.error = failure.status === 403 ? "That key is not an admin key: sign in with an admin key."
+          : failure.status === 401 ? "That key was not accepted (unknown, revoked or expired)."
+            : `Could not sign in: ${failure.message}`;
+      } finally {
+        this.busy = false;
+      }
+    },
+  }));
+
+  Alpine.data("keys", () => ({
+    ...format,
+    items: [],
+    hideRevoked: false,
+    loading: false,
+    busy: false,
+    error: "",
+    dialogError: "",
+    created: null,
+    copied: false,
+    editing: null,
+    revoking: null,
+    draft: {},
+
+    init() {
+      this.load();
+    },
+    get visible() {
+      return this.items.filter((key) => !this.hideRevoked || !key.revoked_at);
+    },
+    async load() {
+      this.loading = true;
+      try {
+        this.items = (await api("/v1/admin/keys")).data;
+        this.error = "";
+      } catch (failure) {
+        this.error = `Could not load the keys: ${failure.message}`;
+      } finally {
+        this.loading = false;
+      }
+    },
+    replace(key) {
+      this.items = this.items.map((item) => (item.access_key_id === key.access_key_id ? key : item));
+    },
+    openCreate() {
+      this.draft = { type: "application", name: "", user_email: "", budget_usd: "", rpm: "" };
+      this.dialogError = "";
+      this.$refs.createDialog.showModal();
+    },
+    async create() {
+      const body = { type: this.draft.type };
+      if (this.draft.name) body.name = this.draft.name;
+      if (this.draft.user_email) body.user_email = this.draft.user_email;
+      const budget = blankOrNumber(this.draft.budget_usd, false);
+      const rpm = blankOrNumber(this.draft.rpm, true);
+      if (budget !== null) body.budget_usd = budget;
+      if (rpm !== null) body.rpm = rpm;
+      await this.submit(async () => {
+        const key = await api("/v1/admin/keys", { method: "POST", body });
+        const { secret, full_key: fullKey, ...shown } = key;
+        this.items = [shown, ...this.items];
+        this.created = { access_key_id: key.access_key_id, full_key: fullKey || `${key.access_key_id}:${secret}` };
+        this.copied = false;
+        this.$refs.createDialog.close();
+      });
+    },
+    async copy() {
+      const text = this.created.full_key;
+      try {
+        await navigator.clipboard.writeText(text);
+      } catch {
+        // No clipboard permission: select the text so that Ctrl+C copies it.
+        const range = document.createRange();
+        range.selectNodeContents(this.$root.querySelector("#key-secret-value"));
+        getSelection().removeAllRanges();
+        getSelection().addRange(range);
+        if (!document.execCommand("copy")) return;
+      }
+      this.copied = true;
+    },
+    openEdit(key) {
+      this.editing = key;
+      this.draft = {
+        name: key.name || "",
+        budget_usd: key.budget_usd === null ? "" : String(key.budget_usd),
+        rpm: key.rpm === null ? "" : String(key.rpm),
+      };
+      this.dialogError = "";
+      this.$refs.editDialog.showModal();
+    },
+    async save() {
+      const key = this.editing;
+      const body = {};
+      const budget = blankOrNumber(this.draft.budget_usd, false);
+      const rpm = blankOrNumber(this.draft.rpm, true);
+      if ((this.draft.name || null) !== (key.name || null)) body.name = this.draft.name || null;
+      if (budget !== key.budget_usd) body.budget_usd = budget;
+      if (rpm !== key.rpm) body.rpm = rpm;
+      await this.submit(async () => {
+        if (Object.keys(body).length) {
+          this.replace(await api(`/v1/admin/keys/${encodeURIComponent(key.access_key_id)}`, { method: "PATCH", body }));
+        }
+        this.$refs.editDialog.close();
+      });
+    },
+    askRevoke(key) {
+      this.revoking = key;
+      this.dialogError = "";
+      this.$refs.revokeDialog.showModal();
+    },
+    async revoke() {
+      const key = this.revoking;
+      await this.submit(async () => {
+        this.replace(await api(`/v1/admin/keys/${encodeURIComponent(key.access_key_id)}`, { method: "DELETE" }));
+        this.$refs.revokeDialog.close();
+      });
+    },
+    async submit(work) {
+      this.busy = true;
+      this.dialogError = "";
+      try {
+        await work();
+      } catch (failure) {
+        this.dialogError = failure.message;
+      } finally {
+        this.busy = false;
+      }
+    },
+  }));
+
+  Alpine.data("batches", () => {
+    let stop = null;
+    return {
+      ...format,
+      items: [],
+      hasMore: false,
+      loading: false,
+      error: "",
+
+      init() {
+        this.load();
+        stop = poller(() => { if (this.items.some((batch) => BATCH_RUNNING.has(batch.status))) this.load(); });
+      },
+      destroy() {
+        if (stop) stop();
+      },
+      async load() {
+        this.loading = true;
+        try {
+          // Reload as many as are shown (newest first), so "Load more" pages stay in place.
+          const reply = await api("/v1/batches?" + query({ limit: Math.min(Math.max(this.items.length, 20), 100) }));
+          this.items = reply.data;
+          this.hasMore = reply.has_more;
+          this.error = "";
+        } catch (failure) {
+          this.error = `Could not load the batches: ${failure.message}`;
+        } finally {
+          this.loading = false;
+        }
+      },
+      progress(batch) {
+        const counts = batch.request_counts;
+        if (counts.total === 0 && BATCH_RUNNING.has(batch.status)) return "waiting for the worker";
+        return `${counts.completed + counts.failed} / ${counts.total} done, ${counts.failed} failed`;
+      },
+      async more() {
+        const last = this.items[this.items.length - 1];
+        try {
+          const reply = await api("/v1/batches?" + query({ limit: 20, after: last && last.id }));
+          this.items = [...this.items, ...reply.data];
+          this.hasMore = reply.has_more;
+        } catch (failure) {
+          this.error = `Could not load more batches: ${failure.message}`;
+        }
+      },
+      async download(fileId, kind) {
+        try {
+          const response = await api(`/v1/files/${encodeURIComponent(fileId)}/content`, { raw: true });
+          download(await response.blob(), `${fileId}-${kind}.jsonl`);
+        } catch (failure) {
+          this.error = `Could not download ${fileId}: ${failure.message}`;
+        }
+      },
+    };
+  });
+
+  Alpine.data("deployments", () => {
+    let stop = null;
+    return {
+      ...format,
+      items: [],
+      loading: false,
+      error: "",
+
+      init() {
+        this.load();
+        stop = poller(() => this.load());
+      },
+      destroy() {
+        if (stop) stop();
+      },
+      async load() {
+        this.loading = true;
+        try {
+          this.items = (await api("/v1/admin/deployments")).data;
+          this.error = "";
+        } catch (failure) {
+          this.error = `Could not load the deployments: ${failure.message}`;
+        } finally {
+          this.loading = false;
+        }
+      },
+    };
+  });
+});

@@ -1,0 +1,121 @@
+"""Wire schemas of /v1/admin (CONTRACT.md decision 19; no logic)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Strict: a budget is a JSON number and a limit a JSON integer, never a string or a boolean.
+BudgetUsd = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
+Rpm = Annotated[int, Field(ge=1, strict=True)]
+KeyName = Annotated[str, Field(min_length=1, max_length=256, strict=True)]
+Email = Annotated[str, Field(max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", strict=True)]
+ModelName = Annotated[str, Field(min_length=1, max_length=256, strict=True)]
+
+
+class KeyCreateRequest(BaseModel):
+    """POST /v1/admin/keys: a key of the admin's org (user keys come from POST /v1/auth/exchange)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["application", "admin"]
+    name: KeyName | None = None
+    user_email: Email | None = None
+    budget_usd: BudgetUsd | None = None
+    rpm: Rpm | None = None
+
+
+class KeyUpdateRequest(BaseModel):
+    """PATCH /v1/admin/keys/{access_key_id}: only the fields sent change; null removes a limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: KeyName | None = None
+    budget_usd: BudgetUsd | None = None
+    rpm: Rpm | None = None
+
+
+class KeyObject(BaseModel):
+    """A long-lived key as its org's admin sees it (never its secret)."""
+
+    access_key_id: str
+    name: str | None
+    type: str
+    user_email: str | None
+    budget_usd: float | None
+    rpm: int | None
+    created_at: str  # RFC 3339, UTC
+    revoked_at: str | None
+    spend_usd: float  # this UTC month
+
+
+class CreatedKey(KeyObject):
+    """The answer to POST /v1/admin/keys: the only time the secret is shown."""
+
+    secret: str
+    full_key: str  # ACCESS_KEY_ID:SECRET
+
+
+class KeyList(BaseModel):
+    """GET /v1/admin/keys."""
+
+    object: Literal["list"] = "list"
+    data: list[KeyObject]
+
+
+class OrgSettings(BaseModel):
+    """GET and PATCH /v1/admin/org."""
+
+    slug: str
+    models: list[str] | Literal["*"]
+    file_attachments: bool
+    web_search: bool
+
+
+class OrgUpdateRequest(BaseModel):
+    """PATCH /v1/admin/org: only the fields sent change (none of them may be null)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[ModelName] | Literal["*"] | None = None
+    file_attachments: Annotated[bool, Field(strict=True)] | None = None
+    web_search: Annotated[bool, Field(strict=True)] | None = None
+
+
+class DeploymentHealth(BaseModel):
+    """One deployment as this server's pool sees it."""
+
+    model: str
+    deployment: str
+    up: bool
+    in_flight: int
+    failures: int  # failed attempts since the server started, all reasons
+    failures_by_reason: dict[str, int]  # connect, timeout, status_5xx, status_429
+    cooldown_until: str | None  # RFC 3339, UTC; null when not in cooldown
+
+
+class DeploymentList(BaseModel):
+    """GET /v1/admin/deployments."""
+
+    object: Literal["list"] = "list"
+    data: list[DeploymentHealth]
+
+
+class AuditEntryObject(BaseModel):
+    """One administrative change."""
+
+    id: int
+    at: str  # RFC 3339, UTC
+    actor: str  # the admin key's access key id, or "cli"
+    action: Literal["key.create", "key.update", "key.revoke", "org.update"]
+    target: str  # an access key id, or the org's slug
+    details: dict[str, Any]
+
+
+class AuditList(BaseModel):
+    """GET /v1/admin/audit: newest first; `after` an entry id to page on."""
+
+    object: Literal["list"] = "list"
+    data: list[AuditEntryObject]
+    has_more: bool

@@ -1,0 +1,153 @@
+"""Administration of one org by its admin key (CONTRACT.md decision 19): keys, org settings, the
+deployments' health and the audit log.
+
+Every change is written with its audit entry in one transaction and goes through
+`KeyRepository.propagate`, so the next request on any replica obeys it. Keys of another org, and
+user keys (minted by the exchange, never administered), are 404: an admin cannot tell another
+org's key ids from unknown ones.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from inferd.auth.keys import hash_secret, mint
+from inferd.catalogue import ModelCatalogue
+from inferd.errors import InvalidRequest, NotFound
+from inferd.limits.base import current_month
+from inferd.store.audit import AuditEntry, AuditLog, AuditRecord
+from inferd.store.db import iso
+from inferd.store.keys import KeyRecord, KeyRepository, KeyView
+from inferd.store.orgs import Org, OrgRepository, models_setting, update_settings
+from inferd.store.users import UserRepository
+
+
+def key_object(view: KeyView) -> dict[str, Any]:
+    """The wire form of a key (never its secret)."""
+    return {"access_key_id": view.access_key_id, "name": view.name, "type": view.type,
+            "user_email": view.user_email, "budget_usd": view.budget_usd, "rpm": view.rpm,
+            "created_at": iso(view.created_at), "revoked_at": iso(view.revoked_at) if view.revoked_at else None,
+            "spend_usd": round(view.spend_usd, 10)}  # a float sum, rounded like the usage summary
+
+
+def org_object(org: Org) -> dict[str, Any]:
+    """The wire form of an org's settings."""
+    return {"slug": org.slug, "models": models_setting(org.allowed_models), "file_attachments": org.file_attachments,
+            "web_search": org.web_search}
+
+
+def audit_object(record: AuditRecord) -> dict[str, Any]:
+    """The wire form of an audit entry."""
+    return {"id": record.id, "at": iso(record.at), "actor": record.actor, "action": record.action,
+            "target": record.target, "details": record.details}
+
+
+def _wall_clock(monotonic_s: float) -> str | None:
+    """A pool's cooldown end (monotonic seconds) as RFC 3339 UTC; None when already past."""
+    left = monotonic_s - time.monotonic()
+    if left <= 0:
+        return None
+    return iso(datetime.fromtimestamp(time.time() + left, timezone.utc).replace(tzinfo=None))
+
+
+class Administration:
+    """What an admin key may read and change, all within its own org."""
+
+    def __init__(self, db: AsyncEngine, keys: KeyRepository, orgs: OrgRepository, catalogue: ModelCatalogue) -> None:
+        self._db = db
+        self._keys = keys
+        self._orgs = orgs
+        self._catalogue = catalogue
+
+    async def list_keys(self, admin: KeyRecord) -> list[dict[str, Any]]:
+        """The org's application and admin keys, oldest first, revoked ones included."""
+        return [key_object(view) for view in await self._keys.administered(admin.org_id, current_month())]
+
+    async def get_key(self, admin: KeyRecord, access_key_id: str) -> dict[str, Any]:
+        """One key of the org (404 otherwise)."""
+        return key_object(await self._view(admin, access_key_id))
+
+    async def _view(self, admin: KeyRecord, access_key_id: str) -> KeyView:
+        found = await self._keys.administered(admin.org_id, current_month(), access_key_id)
+        if not found:
+            raise NotFound(f"No key '{access_key_id}' in your organisation", code="key_not_found")
+        return found[0]
+
+    async def create_key(self, admin: KeyRecord, key_type: str, name: str | None, user_email: str | None,
+                         budget_usd: float | None, rpm: int | None) -> dict[str, Any]:
+        """Mint a key in the admin's org; the answer is the only place its secret ever appears."""
+        user_id = await UserRepository(self._db).get_or_create_by_email(admin.org_id, user_email) \
+            if user_email else None
+        access_key_id, secret = mint()
+        details = {"type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm}
+        await self._keys.create(access_key_id=access_key_id, secret_hash=hash_secret(secret), key_type=key_type,
+                                org_id=admin.org_id, name=name, user_id=user_id, budget_usd=budget_usd, rpm=rpm,
+                                audit=AuditEntry(admin.access_key_id, "key.create", access_key_id, details))
+        created = key_object(await self._view(admin, access_key_id))
+        return {**created, "secret": secret, "full_key": f"{access_key_id}:{secret}"}
+
+    async def update_key(self, admin: KeyRecord, access_key_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change a key's name, budget or rpm (None removes it)."""
+        if not await self._keys.update(access_key_id, admin.org_id, changes, admin.access_key_id):
+            raise NotFound(f"No key '{access_key_id}' in your organisation", code="key_not_found")
+        return await self.get_key(admin, access_key_id)
+
+    async def revoke_key(self, admin: KeyRecord, access_key_id: str) -> dict[str, Any]:
+        """Revoke a key: 401 from its next request on. Revoking a revoked key changes nothing."""
+        view = await self._view(admin, access_key_id)
+        if view.revoked_at is None:
+            await self._keys.revoke(access_key_id, actor=admin.access_key_id, org_id=admin.org_id)
+        return await self.get_key(admin, access_key_id)
+
+    async def org(self, admin: KeyRecord) -> dict[str, Any]:
+        """The admin's org settings."""
+        org = await self._orgs.get(admin.org_id)
+        if org is None:  # the key's org row is gone: nothing to administer
+            raise NotFound("Your organisation no longer exists", code="org_not_found")
+        return org_object(org)
+
+    async def update_org(self, admin: KeyRecord, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change the org's allow-list (`"*"`: every model) and feature flags."""
+        settings = dict(changes)
+        for name, value in settings.items():
+            if value is None:
+                raise InvalidRequest(f"{name}: may not be null", param=name)
+        if "models" in settings:
+            settings["models"] = self._allow_list(settings["models"])
+        org = await self._keys.propagate(lambda conn: update_settings(conn, admin.org_id, settings,
+                                                                      admin.access_key_id), "org")
+        if org is None:
+            raise NotFound("Your organisation no longer exists", code="org_not_found")
+        return org_object(org)
+
+    def _allow_list(self, models: list[str] | str) -> tuple[str, ...] | None:
+        """`"*"`, or model ids and aliases of the catalogue (a typo would silently lock the org out)."""
+        if models == "*":
+            return None
+        known = {name for model in self._catalogue.models for name in (model.id, *model.config.aliases)}
+        for name in models:
+            if name not in known:
+                raise InvalidRequest(f"models: no model or alias '{name}' in the catalogue", param="models",
+                                     code="model_not_found")
+        return tuple(dict.fromkeys(models))  # ordered, without repeats
+
+    def deployments(self) -> list[dict[str, Any]]:
+        """Every configured deployment's health as this server's pools see it."""
+        health = []
+        for model in self._catalogue.models:
+            pool = model.pool
+            for index, state in enumerate(pool.states):
+                health.append({"model": model.id, "deployment": state.name, "up": pool.healthy(index),
+                               "in_flight": state.in_flight, "failures": sum(state.failures.values()),
+                               "failures_by_reason": dict(state.failures),
+                               "cooldown_until": _wall_clock(state.cooldown_until)})
+        return health
+
+    async def audit(self, admin: KeyRecord, limit: int, after: int | None) -> dict[str, Any]:
+        """A page of the org's audit log, newest first."""
+        records, has_more = await AuditLog(self._db).page(admin.org_id, limit, after)
+        return {"object": "list", "data": [audit_object(r) for r in records], "has_more": has_more}

@@ -1,0 +1,73 @@
+"""The audit log: administrative changes, written in the same transaction as the change they record.
+
+A change and its entry commit together, so the log never claims a change that did not happen nor
+misses one that did. Entries are per org and read newest first by id (ids only grow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from inferd.store.db import utcnow
+from inferd.store.tables import audit_log
+
+CLI_ACTOR = "cli"
+ACTIONS = ("key.create", "key.update", "key.revoke", "org.update")
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One change to record: who (`actor`), what (`action`), on what (`target`), and how (`details`,
+    never a secret)."""
+
+    actor: str
+    action: str
+    target: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """A stored entry."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    details: dict[str, Any]
+
+
+async def write_entry(conn: AsyncConnection, org_id: int, entry: AuditEntry) -> None:
+    """Append `entry` to the org's log inside the caller's transaction."""
+    if entry.action not in ACTIONS:
+        raise ValueError(f"unknown audit action {entry.action!r}")
+    await conn.execute(insert(audit_log).values(
+        org_id=org_id, at=utcnow(), actor=entry.actor, action=entry.action, target=entry.target,
+        details=orjson.dumps(entry.details).decode()))
+
+
+class AuditLog:
+    """Reads `audit_log`."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def page(self, org_id: int, limit: int, after: int | None) -> tuple[list[AuditRecord], bool]:
+        """Up to `limit` entries of the org older than entry `after` (all when None), newest first,
+        and whether older ones remain."""
+        stmt = select(audit_log).where(audit_log.c.org_id == org_id)
+        if after is not None:
+            stmt = stmt.where(audit_log.c.id < after)
+        stmt = stmt.order_by(audit_log.c.id.desc()).limit(limit + 1)  # one more tells whether more remain
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(stmt)).mappings().all()
+        records = [AuditRecord(int(r["id"]), r["at"], r["actor"], r["action"], r["target"],
+                               orjson.loads(r["details"])) for r in rows[:limit]]
+        return records, len(rows) > limit
