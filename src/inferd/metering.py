@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import orjson
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +27,8 @@ from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.keys import KeyRecord
 from inferd.store.tables import key_spend
-from inferd.store.usage_write import Amounts, UsageWrites, spend_amounts, sqlite_usage_writes
+from inferd.store.usage_write import (PG_USAGE_WRITE, Amounts, UsageWrites, pg_usage_arguments, spend_amounts,
+                                      sqlite_usage_writes)
 
 log = logging.getLogger("inferd.metering")
 
@@ -89,6 +91,37 @@ class SqlAlchemySink:
         """Nothing of its own to release."""
 
 
+class PostgresSink:
+    """Commits batches on PostgreSQL over one asyncpg connection of its own: each batch is one
+    statement in autocommit (`PG_USAGE_WRITE`: the rows, the rollup and the spend together), one
+    round trip with no SQLAlchemy or transaction bookkeeping around it. A broken connection is
+    dropped and the next attempt (the writer retries) opens a new one."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._conn: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()  # one statement at a time on the connection
+
+    async def commit(self, rows: list[dict[str, Any]], amounts: Amounts) -> None:
+        """Insert the rows and add to the spend and usage rollups in one statement."""
+        arguments = pg_usage_arguments(rows, amounts)
+        async with self._lock:
+            if self._conn is None or self._conn.is_closed():
+                self._conn = await asyncpg.connect(self._dsn)
+            try:
+                await self._conn.execute(PG_USAGE_WRITE, *arguments)
+            except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError):
+                conn, self._conn = self._conn, None
+                conn.terminate()
+                raise
+
+    async def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+
 class SqliteSink:
     """Commits batches with the standard sqlite3 module, on the event loop when it can.
 
@@ -142,13 +175,15 @@ class SqliteSink:
         self._executor.shutdown(wait=True)
 
 
-UsageSink = SqlAlchemySink | SqliteSink
+UsageSink = SqlAlchemySink | SqliteSink | PostgresSink
 
 
 def usage_sink(engine: AsyncEngine, hot: HotSqlite | None) -> UsageSink:
     """The fastest sink for the engine's database."""
     if hot is not None and engine.url.database:
         return SqliteSink(hot, engine.url.database)
+    if engine.dialect.name == "postgresql":
+        return PostgresSink(engine)
     return SqlAlchemySink(engine)
 
 

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from inferd.metering import SqlAlchemySink
+from inferd.metering import usage_sink
 from inferd.store.db import create_engine, migrate
 from tests.harness import Server, auth
 
@@ -53,14 +53,17 @@ def usage_row(key: str, created_at: datetime, *, model: str = "mock-chat", works
 
 
 def store_rows(server: Server, rows: list[dict[str, Any]]) -> None:
-    """Commit rows (and their rollup) through the project's own usage sink, as the writer does."""
+    """Commit rows (and their rollup) through the project's own usage sink, as the writer does
+    (on PostgreSQL its one-statement asyncpg sink: batches of many rows, keys and periods)."""
 
     async def go() -> None:
         engine = create_engine(server.backend.database_url)
+        sink = usage_sink(engine, None)
         try:
             await migrate(engine)
-            await SqlAlchemySink(engine).commit(rows, {})
+            await sink.commit(rows, {})
         finally:
+            await sink.close()
             await engine.dispose()
 
     asyncio.run(go())

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from inferd.errors import BudgetExceeded, RateLimited
 from inferd.limits.base import WINDOW_SECONDS, Limits, SpendLoader, current_month
@@ -110,6 +113,76 @@ class RedisSpendCounter:
         """Nothing beyond the shared client (closed by the rate limiter)."""
 
 
+class _Admissions:
+    """The admission checks (`_ADMIT_SCRIPT`) of concurrent requests, sent to Redis together.
+
+    While one round trip is under way, the checks of requests that arrive queue up, and go as one
+    pipeline when it returns (then the next batch, and so on): one write and one read for a
+    whole batch instead of one each per request. A lone request (concurrency 1) is sent at once,
+    as before. Each check stays one atomic script run in Redis, so limits are exactly as strict
+    as one call per request; only the trips are shared."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._script = redis.register_script(_ADMIT_SCRIPT)
+        self._queue: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._busy = False
+        self._drainer: asyncio.Task[None] | None = None  # kept: the loop holds tasks only weakly
+
+    async def check(self, keys: list[str], args: list[Any]) -> Any:
+        """The script's reply for one request."""
+        if self._busy:
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._queue.append((keys, args, future))
+            return await future
+        self._busy = True
+        try:
+            return await self._script(keys=keys, args=args)
+        finally:
+            self._next()
+
+    def _next(self) -> None:
+        if self._queue:
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+        else:
+            self._busy = False
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    replies = await self._pipelined([(keys, args) for keys, args, _ in batch])
+                except Exception as exc:  # Redis down: every check of the batch fails as a lone one would
+                    for _, _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (_, _, future), reply in zip(batch, replies):
+                    if future.done():
+                        continue
+                    if isinstance(reply, Exception):
+                        future.set_exception(reply)
+                    else:
+                        future.set_result(reply)
+        finally:
+            self._busy = False
+
+    async def _pipelined(self, checks: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Every check by EVALSHA in one pipeline (the script is loaded again if Redis lost it)."""
+        sha = self._script.sha
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            for keys, args in checks:
+                pipe.evalsha(sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(reply, NoScriptError) for reply in replies):
+                self._script.sha = sha = await self._redis.script_load(_ADMIT_SCRIPT)
+                continue
+            return list(replies)
+        raise RuntimeError("unreachable")
+
+
 class RedisLimits(Limits):
     """The corridor's two checks against Redis in one round trip per request."""
 
@@ -118,7 +191,7 @@ class RedisLimits(Limits):
         super().__init__(RedisRateLimiter(redis, prefix, window), self._spend)
         self._rate_prefix = prefix + "rpm:"
         self._window_us = int(window * 1_000_000)
-        self._admit = redis.register_script(_ADMIT_SCRIPT)
+        self._admissions = _Admissions(redis)
 
     async def admit(self, key: KeyRecord, metered: bool, units: int = 1) -> None:
         """429 over the per-minute limit, else 402 when this month's spend reached the budget."""
@@ -126,9 +199,9 @@ class RedisLimits(Limits):
         if key.rpm is None and not budgeted:
             return
         spend_key = self._spend.key_name(key.charged_key_id, current_month()) if budgeted else ""
-        wait_us, spend = await self._admit(
-            keys=[self._rate_prefix + key.rate_window, spend_key],
-            args=[self._window_us, key.rpm or 0, os.urandom(8).hex(), units])
+        wait_us, spend = await self._admissions.check(
+            [self._rate_prefix + key.rate_window, spend_key],
+            [self._window_us, key.rpm or 0, os.urandom(8).hex(), units])
         if int(wait_us) >= 0:
             raise RateLimited(max(1, -(-int(wait_us) // 1_000_000)))
         if budgeted:

@@ -1,0 +1,57 @@
+"""The usage sink the writer commits through (on PostgreSQL one statement over asyncpg): a batch
+of many rows of several keys, hours and tags lands whole, with its rollup and spend."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime
+
+from sqlalchemy import select
+
+from inferd.metering import usage_sink
+from inferd.store.db import create_engine, migrate
+from inferd.store.tables import key_spend, usage_rollup, usage_rows
+from inferd.store.usage_write import spend_amounts
+from tests.harness import Backend
+from tests.usage.conftest import usage_row
+
+
+def test_one_commit_writes_rows_rollup_and_spend(backend: Backend) -> None:
+    first, second = (f"SINK{uuid.uuid4().hex[:12].upper()}:s" for _ in range(2))
+    rows = [usage_row(first, datetime(2026, 3, 1, 10, 5), cost=0.25, metadata={"team": "a"}),
+            usage_row(first, datetime(2026, 3, 1, 10, 50), cost=0.5, metadata={"team": "a"}),
+            usage_row(first, datetime(2026, 3, 1, 11, 1), cost=1.0, prompt=7, completion=0),
+            usage_row(second, datetime(2026, 4, 2, 0, 0), cost=2.0, model="m-two", user_id="9")]
+    ids = [first.split(":")[0], second.split(":")[0]]
+
+    async def go() -> tuple[list, list, list]:
+        engine = create_engine(backend.database_url)
+        sink = usage_sink(engine, None)
+        try:
+            await migrate(engine)
+            await sink.commit(rows, spend_amounts(rows))
+            await sink.commit(rows[:1], spend_amounts(rows[:1]))  # a second commit adds to the same rollup rows
+            async with engine.connect() as conn:
+                stored = (await conn.execute(select(usage_rows).where(usage_rows.c.key_id.in_(ids)))).mappings().all()
+                rollup = (await conn.execute(select(usage_rollup).where(usage_rollup.c.key_id.in_(ids)))
+                          ).mappings().all()
+                spend = (await conn.execute(select(key_spend).where(key_spend.c.key_id.in_(ids)))).mappings().all()
+            return list(stored), list(rollup), list(spend)
+        finally:
+            await sink.close()
+            await engine.dispose()
+
+    stored, rollup, spend = asyncio.run(go())
+    assert len(stored) == 5
+    assert sorted((r["key_id"], r["created_at"], r["cost_usd"], r["user_id"]) for r in stored) == sorted(
+        (r["key_id"], r["created_at"], r["cost_usd"], r["user_id"]) for r in rows + rows[:1])
+    assert {(s["key_id"], s["month"]): s["spend_usd"] for s in spend} == {
+        (ids[0], "2026-03"): 2.0, (ids[1], "2026-04"): 2.0}
+    by_slot = {(r["key_id"], r["span"], r["period"], r["metadata"]): r for r in rollup}
+    tagged = by_slot[(ids[0], "hour", "2026-03-01T10", '{"team":"a"}')]
+    assert (tagged["requests"], tagged["cost_usd"], tagged["prompt_tokens"]) == (3, 1.0, 30)
+    assert by_slot[(ids[0], "hour", "2026-03-01T11", None)]["requests"] == 1
+    month = [r for r in rollup if r["key_id"] == ids[0] and r["span"] == "month"]
+    assert sum(r["requests"] for r in month) == 4 and sum(r["cost_usd"] for r in month) == 2.0
+    assert by_slot[(ids[1], "day", "2026-04-02", None)]["model"] == "m-two"
