@@ -10,7 +10,7 @@ or until `--requests` completions.
 The default client speaks HTTP/1.1 itself on asyncio protocols with httptools (the parser uvicorn
 uses) so that it costs a fraction of what the servers it drives cost; `--client aiohttp` uses an
 aiohttp ClientSession instead, for cross-checking. A response counts as ok when its status is 200
-and, for streams, its body ends with `data: [DONE]`.
+and, for streams, its body ends with `data: [DONE]` (or the `--stream-end` line).
 
 `--timeline S` (bench/pools.py) also writes `measuring <epoch seconds>` to stderr the instant the
 measured phase starts, and adds to the result `timeline`: every S seconds of the measured phase,
@@ -196,12 +196,13 @@ class Run:
         }
 
 
-def _check(status: int, body_tail: bytes, stream: bool, body_head: bytes) -> str | None:
-    """None when the response is good, else a short description of what was wrong."""
-    if status == 200 and (not stream or body_tail.rstrip().endswith(DONE)):
+def _check(status: int, body_tail: bytes, stream_end: bytes | None, body_head: bytes) -> str | None:
+    """None when the response is good, else a short description of what was wrong. `stream_end`:
+    the last line a stream must end with (None: not a stream)."""
+    if status == 200 and (stream_end is None or body_tail.rstrip().endswith(stream_end)):
         return None
-    what = f"status {status}" if status != 200 else "stream did not end with 'data: [DONE]'"
-    return f"{what}: {body_head[:300]!r}{' ... ' + repr(body_tail[-80:]) if stream else ''}"
+    what = f"status {status}" if status != 200 else f"stream did not end with {stream_end!r}"
+    return f"{what}: {body_head[:300]!r}{' ... ' + repr(body_tail[-80:]) if stream_end else ''}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,7 +266,7 @@ class _Connection(asyncio.Protocol):
             self.waiter.set_exception(error)
 
 
-async def raw_worker(run: Run, host: str, port: int, request: bytes, stream: bool) -> None:
+async def raw_worker(run: Run, host: str, port: int, request: bytes, stream: bytes | None) -> None:
     """Send the request back to back on one keep-alive connection until the run stops."""
     loop = asyncio.get_running_loop()
     connection: _Connection | None = None
@@ -307,7 +308,7 @@ def build_request(url: str, body: bytes, headers: dict[str, str]) -> tuple[str, 
 
 
 async def aiohttp_worker(run: Run, session: Any, url: str, body: bytes, headers: dict[str, str],
-                         stream: bool) -> None:
+                         stream: bytes | None) -> None:
     """Same loop as raw_worker, through an aiohttp ClientSession."""
     headers = {"Content-Type": "application/json", **headers}
     while run.phase != "stop":
@@ -330,6 +331,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     """Run warm-up and the measured phase; return the result."""
     body = args.body.encode()
     headers = dict(header.split(": ", 1) for header in args.header)
+    stream_end = args.stream_end.encode() if args.stream else None
     run = Run(measure_requests=args.requests, gateway_pid=args.gateway_pid, client_pids=args.client_pid,
               cores=[int(core) for core in args.cores.split(",") if core])
     session = None
@@ -337,10 +339,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         import aiohttp
 
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
-        workers = [aiohttp_worker(run, session, args.url, body, headers, args.stream) for _ in range(args.concurrency)]
+        workers = [aiohttp_worker(run, session, args.url, body, headers, stream_end) for _ in range(args.concurrency)]
     else:
         host, port, request = build_request(args.url, body, headers)
-        workers = [raw_worker(run, host, port, request, args.stream) for _ in range(args.concurrency)]
+        workers = [raw_worker(run, host, port, request, stream_end) for _ in range(args.concurrency)]
     tasks = [asyncio.create_task(worker) for worker in workers]
     timeline: list[list[float]] = []
     started_epoch = 0.0
@@ -395,7 +397,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--url", required=True)
     parser.add_argument("--body", required=True, help="JSON request body")
     parser.add_argument("--header", action="append", default=[], help="'Name: value', repeatable")
-    parser.add_argument("--stream", action="store_true", help="expect SSE ending with data: [DONE]")
+    parser.add_argument("--stream", action="store_true", help="expect SSE ending with --stream-end")
+    parser.add_argument("--stream-end", default=DONE.decode(),
+                        help="the line a stream ends with (Anthropic's: 'data: {\"type\":\"message_stop\"}')")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds of the measured phase")

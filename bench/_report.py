@@ -6,6 +6,7 @@ import statistics
 from typing import Any
 
 CPU_RATIO_TARGET = 1.5
+MESSAGES_RATIO_TARGET = 1.3  # POST /v1/messages against chat completions, CPU per request
 P50_DELTA_TARGET_MS = 1.0
 NOISE_WARNING = 0.10  # of a core used by anything else on the two cores during a measured phase
 
@@ -115,3 +116,42 @@ def print_comparison(comparison: dict[str, Any]) -> None:
           f"{words[comparison['cpu_target_met']]}")
     print(f"target: inferd p50 <= passthrough p50 + {P50_DELTA_TARGET_MS:g} ms at concurrency 1: "
           f"{words[comparison['p50_target_met']]}")
+
+
+def compare_messages(cells: list[dict[str, Any]], concurrencies: list[int], modes: list[str]) -> dict[str, Any]:
+    """The messages target against inferd's chat completions: CPU per request, ratio by round."""
+    by_key = {(cell["target"], cell["mode"], cell["concurrency"]): cell for cell in cells}
+    rows = []
+    for mode in modes:
+        for concurrency in concurrencies:
+            messages, chat = by_key.get(("messages", mode, concurrency)), by_key.get(("inferd", mode, concurrency))
+            if not (messages and chat and messages["summary"]["gateway_cpu_us_per_req"]
+                    and chat["summary"]["gateway_cpu_us_per_req"]):
+                continue
+            ratio = messages["summary"]["gateway_cpu_us_per_req"] / chat["summary"]["gateway_cpu_us_per_req"]
+            rows.append({"mode": mode, "concurrency": concurrency, "cpu_ratio": ratio,
+                         "cpu_ok": ratio <= MESSAGES_RATIO_TARGET,
+                         "messages_cpu_us": messages["summary"]["gateway_cpu_us_per_req"],
+                         "chat_cpu_us": chat["summary"]["gateway_cpu_us_per_req"],
+                         "cpu_ratio_by_round": [
+                             mine["gateway_cpu_us_per_req"] / other["gateway_cpu_us_per_req"]
+                             for mine, other in zip(messages["runs"], chat["runs"])
+                             if mine["gateway_cpu_us_per_req"] and other["gateway_cpu_us_per_req"]]})
+    met = all(row["cpu_ok"] for row in rows) if rows else None
+    return {"rows": rows, "cpu_target_met": met}
+
+
+def print_messages_comparison(comparison: dict[str, Any]) -> None:
+    """POST /v1/messages against chat completions on the same server."""
+    print()
+    print(f"{'mode':<10}{'conc':>5}{'chat us/req':>13}{'messages us/req':>17}{'messages/chat':>15}{'(by round)':>13}")
+    for row in comparison["rows"]:
+        by_round = row["cpu_ratio_by_round"]
+        spread = "-" if not by_round else (f"{min(by_round):.2f}" if len(by_round) == 1
+                                           else f"{min(by_round):.2f}-{max(by_round):.2f}")
+        verdict = f"{row['cpu_ratio']:.2f}x {'ok' if row['cpu_ok'] else 'OVER'}"
+        print(f"{row['mode']:<10}{row['concurrency']:>5}{row['chat_cpu_us']:>13.0f}{row['messages_cpu_us']:>17.0f}"
+              f"{verdict:>15}{spread:>13}")
+    words = {True: "MET", False: "NOT MET", None: "not measured"}
+    print(f"target: POST /v1/messages CPU per request <= {MESSAGES_RATIO_TARGET}x chat completions' (every cell): "
+          f"{words[comparison['cpu_target_met']]}")

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 MODES = ("blocking", "stream")
 PROMPT = [{"role": "user", "content": "Say hello to the benchmark"}]
+CHAT_STREAM_END = "data: [DONE]"
+MESSAGES_STREAM_END = 'data: {"type":"message_stop"}'  # Anthropic's last event (`messages` target)
 INFERD_CONFIG = """\
 [[models]]
 id = "mock-chat"
@@ -138,19 +140,25 @@ def post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float
 
 
 class Target:
-    """One thing to put load on: where to send it, what to send, and whose CPU to count."""
+    """One thing to put load on: where to send it, what to send, and whose CPU to count. `messages`:
+    the same prompt as Anthropic's Messages API (POST /v1/messages) instead of a chat completion."""
 
     def __init__(self, name: str, base_url: str, model: str, pid: int | None, headers: dict[str, str] | None = None,
-                 usage_option: bool = True) -> None:
+                 usage_option: bool = True, messages: bool = False) -> None:
         self.name = name
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.url = base_url.rstrip("/") + ("/messages" if messages else "/chat/completions")
         self.model = model
         self.pid = pid
         self.headers = headers or {}
         self.usage_option = usage_option
+        self.messages = messages
+        self.stream_end = MESSAGES_STREAM_END if messages else CHAT_STREAM_END
 
     def body(self, mode: str) -> dict[str, Any]:
         """The request body for a mode."""
+        if self.messages:  # max_tokens is required there; the fake's 16-word reply stays whole
+            return {"model": self.model, "max_tokens": 64, "messages": PROMPT, "metadata": {"user_id": "bench"},
+                    **({"stream": True} if mode == "stream" else {})}
         body: dict[str, Any] = {"model": self.model, "messages": PROMPT, "metadata": {"team": "bench"}}
         if mode == "stream":
             body["stream"] = True
@@ -162,7 +170,7 @@ class Target:
         """One request per mode, so a broken target fails loudly before any measuring."""
         for mode in MODES:
             status, data = post(self.url, self.body(mode), self.headers)
-            if status != 200 or (mode == "stream" and not data.rstrip().endswith(b"data: [DONE]")):
+            if status != 200 or (mode == "stream" and not data.rstrip().endswith(self.stream_end.encode())):
                 raise BenchError(f"{self.name} {mode} preflight answered {status}: {data[:400]!r}")
 
 

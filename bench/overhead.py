@@ -5,7 +5,9 @@ passthrough proxy (`passthrough`, bench/passthrough.py, the floor), and through 
 limits and metering on (`inferd`); blocking and streaming; at concurrency 1 and 64. For each cell
 it prints req/s, p50/p99 latency and the gateway's CPU microseconds per request, then the ratios
 against the targets: inferd's CPU per request at most 1.5x the passthrough's, and at most +1 ms
-on the p50 at concurrency 1.
+on the p50 at concurrency 1. With `--targets ...,messages` the same prompt also goes to inferd's
+Anthropic route (POST /v1/messages, same server), and its CPU per request is compared with chat
+completions' (target: at most 1.3x).
 
 Method: the gateway under test runs pinned to one core (`taskset -c 0`), the fake upstream and the
 load generator (bench/_loadgen.py) on the other (`taskset -c 1`). Gateway CPU per request is the
@@ -34,12 +36,12 @@ from typing import Any
 import orjson
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the helpers below
-from _report import (CPU_RATIO_TARGET, NOISE_WARNING, P50_DELTA_TARGET_MS, compare, fmt, print_comparison,  # noqa: E402
-                     print_table, summarise)
+from _report import (CPU_RATIO_TARGET, NOISE_WARNING, P50_DELTA_TARGET_MS, compare, compare_messages,  # noqa: E402
+                     fmt, print_comparison, print_messages_comparison, print_table, summarise)
 from _targets import (BENCH, MODES, ROOT, BenchError, Children, Target, start_inferd, start_passthrough,  # noqa: E402
                       start_upstream)
 
-TARGETS = ("direct", "passthrough", "inferd")
+TARGETS = ("direct", "passthrough", "inferd", "messages")
 
 
 def run_cell(children: Children, args: argparse.Namespace, target: Target, mode: str, concurrency: int,
@@ -52,7 +54,7 @@ def run_cell(children: Children, args: argparse.Namespace, target: Target, mode:
             "--cores", f"{args.gateway_core},{args.client_core}" if args.pin else ""]
     argv += [f"--header={name}: {value}" for name, value in target.headers.items()]
     if mode == "stream":
-        argv.append("--stream")
+        argv += ["--stream", f"--stream-end={target.stream_end}"]
     if target.pid is not None:
         argv += ["--gateway-pid", str(target.pid)]
     process = subprocess.Popen(children.pinned(args.client_core, argv), stdout=subprocess.PIPE,
@@ -94,7 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="measure this many completed requests per run instead of a duration")
     parser.add_argument("--repeat", type=int, default=None,
                         help="rounds per cell; figures are medians over rounds (default 3)")
-    parser.add_argument("--targets", default=",".join(TARGETS), help="comma list of direct,passthrough,inferd")
+    parser.add_argument("--targets", default="direct,passthrough,inferd",
+                        help="comma list of direct,passthrough,inferd,messages (messages: POST /v1/messages on the "
+                             "inferd server, compared with its chat completions)")
     parser.add_argument("--modes", default=",".join(MODES), help="comma list of blocking,stream")
     parser.add_argument("--concurrency", default="1,64", help="comma list of concurrencies")
     parser.add_argument("--gateway-core", type=int, default=0)
@@ -144,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         upstream_pid, upstream_port = start_upstream(children, args.client_core)
         targets: list[Target] = []
+        inferd: Target | None = None  # the inferd server, shared by the inferd and messages targets
         for name in args.targets:
             try:
                 if name == "direct":
@@ -151,9 +156,14 @@ def main(argv: list[str] | None = None) -> int:
                 elif name == "passthrough":
                     target = start_passthrough(children, args.gateway_core, upstream_port)
                 else:
-                    extra_env = dict(item.split("=", 1) for item in args.inferd_env)
-                    target = start_inferd(children, args.gateway_core, upstream_port, work_dir, args.inferd_bin,
-                                          extra_env, args.inferd_startup_timeout)
+                    if inferd is None:
+                        extra_env = dict(item.split("=", 1) for item in args.inferd_env)
+                        inferd = start_inferd(children, args.gateway_core, upstream_port, work_dir, args.inferd_bin,
+                                              extra_env, args.inferd_startup_timeout)
+                    # messages: the same server's Anthropic route, so the two compare on one process
+                    target = inferd if name == "inferd" else Target(
+                        "messages", inferd.url.rsplit("/", 2)[0], inferd.model, inferd.pid, inferd.headers,
+                        usage_option=False, messages=True)
                 target.preflight()
                 targets.append(target)
             except BenchError as error:
@@ -199,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table(cells)
     comparison = compare(cells, args.concurrency, args.modes)
     print_comparison(comparison)
+    messages_comparison = compare_messages(cells, args.concurrency, args.modes)
+    if messages_comparison["rows"]:
+        print_messages_comparison(messages_comparison)
     failures = [(cell, cell["summary"]) for cell in cells if cell["summary"]["failed"]]
     for cell, summary in failures:
         print(f"\nFAILURES {cell['target']} {cell['mode']} c={cell['concurrency']}: {summary['failed']}",
@@ -220,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                          "repeat": args.repeat, "pinned": args.pin, "gateway_core": args.gateway_core,
                          "client_core": args.client_core, "client": args.client},
             "targets": {"cpu_ratio_max": CPU_RATIO_TARGET, "p50_delta_max_ms": P50_DELTA_TARGET_MS},
-            "cells": cells, "comparison": comparison, "not_measured": problems,
+            "cells": cells, "comparison": comparison, "messages_comparison": messages_comparison,
+            "not_measured": problems,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))

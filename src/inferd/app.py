@@ -37,6 +37,7 @@ from inferd.api.asgi import Receive, Scope, Send, error_body
 from inferd.api.body_limits import Authenticate, BodyClock, BodyLimits
 from inferd.api.chat import ChatCompletionsRoute
 from inferd.api.embeddings import EmbeddingsRoute
+from inferd.api.messages import MessagesCountTokensRoute, MessagesRoute
 from inferd.api.metrics import MetricsRoute
 from inferd.api.rerank import RerankRoute
 from inferd.api.tokens import CountTokensRoute
@@ -240,6 +241,9 @@ class InferdApp:
                                                       services.stage),
             "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.stage),
             "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.stage),
+            "/v1/messages": MessagesRoute(services.auth, services.limits, services.chat, services.catalogue),
+            "/v1/messages/count_tokens": MessagesCountTokensRoute(services.auth, services.limits, services.chat,
+                                                                  services.stage),
         }
         if services.config.observe.metrics_enabled:
             self._hot["/metrics"] = MetricsRoute(services.metrics, lambda: services.catalogue.models,

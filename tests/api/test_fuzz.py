@@ -22,6 +22,7 @@ from tests.harness import IDP_TABLE, Backend, Server, Upstream, serving
 EXAMPLES_PER_MODE = int(os.environ.get("INFERD_FUZZ_EXAMPLES", "15"))
 SKIPPED_PATHS = ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
 USER_SCOPED = ("/v1/conversations", "/v1/sources")
+ANTHROPIC_DIALECT = ("/v1/messages",)  # Anthropic's envelope (CONTRACT.md decision 20)
 
 
 def _envelope_problem(path: str, status: int, body: bytes, content_type: str) -> str | None:
@@ -32,6 +33,11 @@ def _envelope_problem(path: str, status: int, body: bytes, content_type: str) ->
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return "body is not JSON"
+    if path.startswith(ANTHROPIC_DIALECT):
+        error = parsed.get("error") if isinstance(parsed, dict) and parsed.get("type") == "error" else None
+        if isinstance(error, dict) and isinstance(error.get("type"), str) and isinstance(error.get("message"), str):
+            return None
+        return f"not Anthropic's error envelope: {parsed!r:.300}"
     if path.startswith(USER_SCOPED):
         if isinstance(parsed, dict) and parsed.get("success") is False and isinstance(parsed.get("message"), str):
             return None

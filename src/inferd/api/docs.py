@@ -9,6 +9,8 @@ from inferd.errors import ServiceUnavailable
 from inferd.protocol.chat import (ChatCompletionRequest, ChatCompletionResponse, CountTokensRequest,
                                   CountTokensResponse)
 from inferd.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
+from inferd.protocol.messages import (CountMessageTokensRequest, CountMessageTokensResponse, ErrorResponse,
+                                      MessageResponse, MessagesRequest)
 from inferd.protocol.rerank import RerankRequest, RerankResponse
 
 router = APIRouter()
@@ -35,4 +37,23 @@ async def embeddings(request: EmbeddingRequest) -> EmbeddingResponse:
 @router.post("/v1/rerank", response_model=RerankResponse, tags=["rerank"])
 async def rerank(request: RerankRequest) -> RerankResponse:
     """Documents scored against the query, best first."""
+    raise ServiceUnavailable("not served here")
+
+
+# Anthropic's dialect answers errors in its own envelope (CONTRACT.md decision 20).
+_ANTHROPIC_ERRORS: dict[int | str, dict[str, object]] = {
+    status: {"model": ErrorResponse} for status in (400, 401, 402, 403, 404, 413, 429, 500, 503)}
+
+
+@router.post("/v1/messages", response_model=MessageResponse, tags=["messages"], responses=_ANTHROPIC_ERRORS)
+async def messages(request: MessagesRequest) -> MessageResponse:
+    """Anthropic's Messages API on any chat model: blocking, or `text/event-stream` of Anthropic's events
+    when `stream` is true. Metered and billed as chat."""
+    raise ServiceUnavailable("not served here")
+
+
+@router.post("/v1/messages/count_tokens", response_model=CountMessageTokensResponse, tags=["messages"],
+             responses=_ANTHROPIC_ERRORS)
+async def count_message_tokens(request: CountMessageTokensRequest) -> CountMessageTokensResponse:
+    """Prompt tokens a message of this request would bill; free, no usage row."""
     raise ServiceUnavailable("not served here")

@@ -39,17 +39,25 @@ class JsonRoute:
         a route that streams handles its own errors once it has started."""
         raise NotImplementedError
 
+    def credentials(self, scope: Scope) -> str | None:
+        """The `Authorization` value the key is read from (a dialect may also take it elsewhere)."""
+        return header(scope, b"authorization")
+
+    async def refuse(self, send: Send, exc: InferdError) -> None:
+        """Answer an error in the route's envelope."""
+        await send_error(send, exc)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             require_post(scope)
-            key = await self.auth.authenticate(header(scope, b"authorization"))
+            key = await self.auth.authenticate(self.credentials(scope))
             require_long_lived(key)
             body = await read_json_object(scope, receive, HOT_BODY_BYTES, self.body_clock)
             await self.handle(key, body, scope, receive, send)
         except InferdError as exc:
-            await send_error(send, exc)
+            await self.refuse(send, exc)
         except ClientGone:
             return
         except Exception:
             log.exception("%s failed", scope["path"])
-            await send_error(send, InferdError("Internal server error"))
+            await self.refuse(send, InferdError("Internal server error"))

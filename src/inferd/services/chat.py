@@ -186,6 +186,12 @@ class ChatService:
         as a chunk holding `error`."""
         return _StreamRelay(self, call).chunks()
 
+    def chunk_batches(self, call: ChatCall) -> AsyncIterator[list[bytes]]:
+        """The same stream as the chunks' JSON bytes, every chunk that arrived together in one list,
+        so a relay that re-encodes them (the Messages API) sends one write per batch; otherwise as
+        `chunks`."""
+        return _StreamRelay(self, call).chunk_batches()
+
     async def open_stream(self, call: ChatCall) -> StreamLease:
         """The call stage's stream for `call`: started on the first deployment that answered."""
         return await self._stage.open_stream(
@@ -274,6 +280,10 @@ class _StreamRelay:
                     yield orjson.loads(data)
         finally:
             await batches.aclose()  # type: ignore[attr-defined]
+
+    def chunk_batches(self) -> AsyncIterator[list[bytes]]:
+        """Lists of chunk JSON bytes (an error as `{"error": ...}`, no `[DONE]`)."""
+        return self._relay(False)
 
     async def _relay(self, sse: bool) -> AsyncIterator[Any]:
         """One generator for both shapes (a relay layered on another costs every hot-path stream a

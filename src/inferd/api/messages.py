@@ -1,0 +1,150 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API on every chat model
+(CONTRACT.md decision 20), raw ASGI handlers of the hot path.
+
+A request is translated into a chat completion (`protocol/messages_mapping.py`) and walks the
+chat corridor itself: limits, `ChatService` (catalogue, context fit, call stage with failover,
+one usage row in workspace `chat`), then the reply or the stream is translated back. Errors leave
+in Anthropic's envelope, `{type: "error", error: {type, message}}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+import orjson
+
+from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, header, note_rejection, send_bytes,
+                             watch_disconnect)
+from inferd.api.hot import JsonRoute, affinity_of
+from inferd.auth.principal import Authenticator
+from inferd.calls.stage import CallStage
+from inferd.catalogue import Deployment, Model, ModelCatalogue
+from inferd.engines.base import ChatEngine, TokenCount
+from inferd.errors import InferdError
+from inferd.limits.base import Limits
+from inferd.protocol.messages_mapping import error_envelope, from_chat, thinking_on, to_chat, usage_of
+from inferd.protocol.messages_stream import MessageStream
+from inferd.services.chat import ChatCall, ChatService
+from inferd.store.keys import KeyRecord
+
+log = logging.getLogger("inferd.api.messages")
+
+
+class AnthropicRoute(JsonRoute):
+    """A hot route of the Anthropic dialect: the key also comes in `x-api-key`, errors in its envelope."""
+
+    def __init__(self, auth: Authenticator, limits: Limits, chat: ChatService) -> None:
+        super().__init__(auth, limits)
+        self._chat = chat
+
+    def credentials(self, scope: Scope) -> str | None:
+        """`x-api-key` (Anthropic's header) when sent, else `Authorization: Bearer`."""
+        api_key = header(scope, b"x-api-key")
+        return header(scope, b"authorization") if api_key is None else "Bearer " + api_key
+
+    async def refuse(self, send: Send, exc: InferdError) -> None:
+        """The error in Anthropic's envelope, with the error's headers (Retry-After, Connection)."""
+        note_rejection(exc)
+        headers = [*JSON_HEADERS, *((k.lower().encode(), v.encode()) for k, v in exc.headers.items())]
+        await send_bytes(send, exc.status, orjson.dumps(error_envelope(exc)), headers)
+
+    def _open(self, key: KeyRecord, chat_body: dict[str, Any], scope: Scope) -> ChatCall:
+        call = self._chat.open(chat_body, key)
+        if call.affinity is None and call.model.config.routing == "affinity":
+            call.affinity = affinity_of(scope, chat_body)
+        return call
+
+
+class MessagesRoute(AnthropicRoute):
+    """translate -> limits -> chat corridor (catalogue, context, call stage, metering) -> translate back."""
+
+    def __init__(self, auth: Authenticator, limits: Limits, chat: ChatService, catalogue: ModelCatalogue) -> None:
+        super().__init__(auth, limits, chat)
+        self._catalogue = catalogue
+
+    async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
+                     send: Send) -> None:
+        """A message, blocking or streamed."""
+        chat_body = to_chat(body)
+        await self.limits.admit(key, metered=True)
+        call = self._open(key, chat_body, scope)
+        await self._chat.fit_context(call)
+        if chat_body.get("stream"):
+            await self._stream(call, key, thinking_on(chat_body), receive, send)
+            return
+        reply = await self._chat.complete(call)
+        usage = reply.usage
+        message = from_chat(reply.value, usage_of(usage.prompt_tokens, usage.completion_tokens,
+                                                  usage.cached_prompt_tokens), thinking=thinking_on(chat_body))
+        await send_bytes(send, 200, orjson.dumps(message), JSON_HEADERS)
+
+    def _cached_counts(self, call: ChatCall, key: KeyRecord) -> Callable[[str], bool]:
+        """Whether the model that answered (the one asked, or a fallback) reports prefix-cache hits."""
+        def counts(model_id: str) -> bool:
+            for model in (call.model, *self._catalogue.fallbacks(call.model, key)):
+                if model.id == model_id:
+                    return model.config.prefix_cache
+            return call.model.config.prefix_cache
+        return counts
+
+    async def _stream(self, call: ChatCall, key: KeyRecord, thinking: bool, receive: Receive, send: Send) -> None:
+        batches = self._chat.chunk_batches(call)
+        stream = MessageStream(thinking, self._cached_counts(call, key))
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = watch_disconnect(receive, task)
+        try:
+            try:
+                first, *rest = await batches.__anext__()
+            except InferdError as exc:
+                watcher.cancel()
+                await self.refuse(send, exc)
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            opening = stream.start(orjson.loads(first), call.prompt_count)
+            await send({"type": "http.response.body", "body": opening + stream.feed_all(rest), "more_body": True})
+            try:
+                async for batch in batches:  # one write per batch of chunks that arrived together
+                    events = stream.feed_all(batch)
+                    if events:
+                        await send({"type": "http.response.body", "body": events, "more_body": True})
+                tail = stream.finish()
+            except Exception:  # e.g. the usage row could not be committed: no message_stop then
+                log.exception("messages stream failed")
+                tail = stream.fail("Internal server error")
+            watcher.cancel()
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        except asyncio.CancelledError:
+            # The client disconnected: closing the batches aborts the upstream and bills what was made.
+            if watcher.done() and not watcher.cancelled():
+                task.uncancel()
+                await batches.aclose()  # type: ignore[attr-defined]
+                return
+            raise
+        finally:
+            watcher.cancel()
+
+
+class MessagesCountTokensRoute(AnthropicRoute):
+    """translate -> rate limit (no budget) -> catalogue -> call stage (unmetered) -> the engine's tokenizer."""
+
+    def __init__(self, auth: Authenticator, limits: Limits, chat: ChatService, stage: CallStage) -> None:
+        super().__init__(auth, limits, chat)
+        self._stage = stage
+
+    async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
+                     send: Send) -> None:
+        """`{input_tokens}`: the prompt tokens a message of the same request is billed."""
+        chat_body = to_chat(body, counting=True)
+        await self.limits.admit(key, metered=False)
+        # The payload a completion would send upstream, so the count is the billed prompt.
+        call = self._open(key, chat_body, scope)
+
+        async def attempt(engine: ChatEngine, deployment: Deployment, answering: Model) -> TokenCount:
+            return await engine.count_tokens(call.payload_for(deployment))
+
+        count = await self._stage.unmetered(call.model, ChatEngine, key, attempt, affinity=call.affinity)
+        headers = JSON_HEADERS if count.exact else [*JSON_HEADERS, (b"x-inferd-token-count", b"estimate")]
+        await send_bytes(send, 200, orjson.dumps({"input_tokens": count.input_tokens}), headers)
