@@ -38,6 +38,10 @@ CASES = [
     ('[[models]]\nid = "qwen2.5-coder-0.5b-instruct"\nbuiltin = true\naliases = ["fast"]\n' + GOOD
      + 'aliases = ["fast"]\n', ["(id 'm'), key 'aliases'", "'fast' already names model"]),
     ('[limits]\nbody_timeout = 5\n', ["[limits], key 'body_timeout'", "unknown key (known: body_timeout_s)"]),
+    ('[metrics]\nenabled = "no"\n' + GOOD, ["[metrics], key 'enabled'", "expected bool"]),
+    ('[metrics]\nport = 9\n' + GOOD, ["[metrics], key 'port'", "unknown key (known: enabled)"]),
+    ('[logging]\nformat = "xml"\n' + GOOD, ["[logging], key 'format'", "text, json"]),
+    ('[logging]\nlevel = "debug"\n' + GOOD, ["[logging], key 'level'", "unknown key (known: format)"]),
     ('[limits]\nbody_timeout_s = 0\n', ["[limits], key 'body_timeout_s'", "must be positive"]),
     ('[limits]\nbody_timeout_s = "30"\n', ["[limits], key 'body_timeout_s'", "expected int or float"]),
     ('limits = 30\n', ["[limits]", "expected a table"]),
