@@ -118,13 +118,15 @@ def print_comparison(comparison: dict[str, Any]) -> None:
           f"{words[comparison['p50_target_met']]}")
 
 
-def compare_messages(cells: list[dict[str, Any]], concurrencies: list[int], modes: list[str]) -> dict[str, Any]:
-    """The messages target against inferd's chat completions: CPU per request, ratio by round."""
+def compare_messages(cells: list[dict[str, Any]], concurrencies: list[int], modes: list[str],
+                     target: str = "messages") -> dict[str, Any]:
+    """The messages target (or another route of the same server: `responses`) against inferd's chat
+    completions: CPU per request, ratio by round."""
     by_key = {(cell["target"], cell["mode"], cell["concurrency"]): cell for cell in cells}
     rows = []
     for mode in modes:
         for concurrency in concurrencies:
-            messages, chat = by_key.get(("messages", mode, concurrency)), by_key.get(("inferd", mode, concurrency))
+            messages, chat = by_key.get((target, mode, concurrency)), by_key.get(("inferd", mode, concurrency))
             if not (messages and chat and messages["summary"]["gateway_cpu_us_per_req"]
                     and chat["summary"]["gateway_cpu_us_per_req"]):
                 continue
@@ -138,13 +140,14 @@ def compare_messages(cells: list[dict[str, Any]], concurrencies: list[int], mode
                              for mine, other in zip(messages["runs"], chat["runs"])
                              if mine["gateway_cpu_us_per_req"] and other["gateway_cpu_us_per_req"]]})
     met = all(row["cpu_ok"] for row in rows) if rows else None
-    return {"rows": rows, "cpu_target_met": met}
+    return {"rows": rows, "cpu_target_met": met, "target": target}
 
 
 def print_messages_comparison(comparison: dict[str, Any]) -> None:
-    """POST /v1/messages against chat completions on the same server."""
+    """POST /v1/messages (or /v1/responses) against chat completions on the same server."""
+    name = comparison.get("target", "messages")
     print()
-    print(f"{'mode':<10}{'conc':>5}{'chat us/req':>13}{'messages us/req':>17}{'messages/chat':>15}{'(by round)':>13}")
+    print(f"{'mode':<10}{'conc':>5}{'chat us/req':>13}{name + ' us/req':>17}{name + '/chat':>15}{'(by round)':>13}")
     for row in comparison["rows"]:
         by_round = row["cpu_ratio_by_round"]
         spread = "-" if not by_round else (f"{min(by_round):.2f}" if len(by_round) == 1
@@ -153,5 +156,5 @@ def print_messages_comparison(comparison: dict[str, Any]) -> None:
         print(f"{row['mode']:<10}{row['concurrency']:>5}{row['chat_cpu_us']:>13.0f}{row['messages_cpu_us']:>17.0f}"
               f"{verdict:>15}{spread:>13}")
     words = {True: "MET", False: "NOT MET", None: "not measured"}
-    print(f"target: POST /v1/messages CPU per request <= {MESSAGES_RATIO_TARGET}x chat completions' (every cell): "
+    print(f"target: POST /v1/{name} CPU per request <= {MESSAGES_RATIO_TARGET}x chat completions' (every cell): "
           f"{words[comparison['cpu_target_met']]}")

@@ -22,6 +22,7 @@ MODES = ("blocking", "stream")
 PROMPT = [{"role": "user", "content": "Say hello to the benchmark"}]
 CHAT_STREAM_END = "data: [DONE]"
 MESSAGES_STREAM_END = 'data: {"type":"message_stop"}'  # Anthropic's last event (`messages` target)
+RESPONSES_STREAM_END = '"type":"response.completed"}'  # the Responses API's last event ends so (`responses`)
 INFERD_CONFIG = """\
 [[models]]
 id = "mock-chat"
@@ -141,23 +142,29 @@ def post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float
 
 class Target:
     """One thing to put load on: where to send it, what to send, and whose CPU to count. `messages`:
-    the same prompt as Anthropic's Messages API (POST /v1/messages) instead of a chat completion."""
+    the same prompt as Anthropic's Messages API (POST /v1/messages) instead of a chat completion;
+    `responses`: as OpenAI's Responses API (POST /v1/responses, stored as by default)."""
 
     def __init__(self, name: str, base_url: str, model: str, pid: int | None, headers: dict[str, str] | None = None,
-                 usage_option: bool = True, messages: bool = False) -> None:
+                 usage_option: bool = True, messages: bool = False, responses: bool = False) -> None:
         self.name = name
-        self.url = base_url.rstrip("/") + ("/messages" if messages else "/chat/completions")
+        self.url = base_url.rstrip("/") + ("/messages" if messages else "/responses" if responses
+                                           else "/chat/completions")
         self.model = model
         self.pid = pid
         self.headers = headers or {}
         self.usage_option = usage_option
         self.messages = messages
-        self.stream_end = MESSAGES_STREAM_END if messages else CHAT_STREAM_END
+        self.responses = responses
+        self.stream_end = MESSAGES_STREAM_END if messages else RESPONSES_STREAM_END if responses else CHAT_STREAM_END
 
     def body(self, mode: str) -> dict[str, Any]:
         """The request body for a mode."""
         if self.messages:  # max_tokens is required there; the fake's 16-word reply stays whole
             return {"model": self.model, "max_tokens": 64, "messages": PROMPT, "metadata": {"user_id": "bench"},
+                    **({"stream": True} if mode == "stream" else {})}
+        if self.responses:
+            return {"model": self.model, "input": PROMPT, "metadata": {"team": "bench"},
                     **({"stream": True} if mode == "stream" else {})}
         body: dict[str, Any] = {"model": self.model, "messages": PROMPT, "metadata": {"team": "bench"}}
         if mode == "stream":

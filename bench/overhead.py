@@ -7,7 +7,8 @@ it prints req/s, p50/p99 latency and the gateway's CPU microseconds per request,
 against the targets: inferd's CPU per request at most 1.5x the passthrough's, and at most +1 ms
 on the p50 at concurrency 1. With `--targets ...,messages` the same prompt also goes to inferd's
 Anthropic route (POST /v1/messages, same server), and its CPU per request is compared with chat
-completions' (target: at most 1.3x).
+completions' (target: at most 1.3x); `responses` does the same for OpenAI's Responses API (POST
+/v1/responses, stored as by default).
 
 Method: the gateway under test runs pinned to one core (`taskset -c 0`), the fake upstream and the
 load generator (bench/_loadgen.py) on the other (`taskset -c 1`). Gateway CPU per request is the
@@ -41,7 +42,7 @@ from _report import (CPU_RATIO_TARGET, NOISE_WARNING, P50_DELTA_TARGET_MS, compa
 from _targets import (BENCH, MODES, ROOT, BenchError, Children, Target, start_inferd, start_passthrough,  # noqa: E402
                       start_upstream)
 
-TARGETS = ("direct", "passthrough", "inferd", "messages")
+TARGETS = ("direct", "passthrough", "inferd", "messages", "responses")
 
 
 def run_cell(children: Children, args: argparse.Namespace, target: Target, mode: str, concurrency: int,
@@ -97,8 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=None,
                         help="rounds per cell; figures are medians over rounds (default 3)")
     parser.add_argument("--targets", default="direct,passthrough,inferd",
-                        help="comma list of direct,passthrough,inferd,messages (messages: POST /v1/messages on the "
-                             "inferd server, compared with its chat completions)")
+                        help="comma list of direct,passthrough,inferd,messages,responses (messages, responses: "
+                             "POST /v1/messages or /v1/responses on the inferd server, compared with its chat "
+                             "completions)")
     parser.add_argument("--modes", default=",".join(MODES), help="comma list of blocking,stream")
     parser.add_argument("--concurrency", default="1,64", help="comma list of concurrencies")
     parser.add_argument("--gateway-core", type=int, default=0)
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         upstream_pid, upstream_port = start_upstream(children, args.client_core)
         targets: list[Target] = []
-        inferd: Target | None = None  # the inferd server, shared by the inferd and messages targets
+        inferd: Target | None = None  # the inferd server, shared by the inferd, messages and responses targets
         for name in args.targets:
             try:
                 if name == "direct":
@@ -162,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                                               extra_env, args.inferd_startup_timeout)
                     # messages: the same server's Anthropic route, so the two compare on one process
                     target = inferd if name == "inferd" else Target(
-                        "messages", inferd.url.rsplit("/", 2)[0], inferd.model, inferd.pid, inferd.headers,
-                        usage_option=False, messages=True)
+                        name, inferd.url.rsplit("/", 2)[0], inferd.model, inferd.pid, inferd.headers,
+                        usage_option=False, messages=name == "messages", responses=name == "responses")
                 target.preflight()
                 targets.append(target)
             except BenchError as error:
@@ -212,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     messages_comparison = compare_messages(cells, args.concurrency, args.modes)
     if messages_comparison["rows"]:
         print_messages_comparison(messages_comparison)
+    responses_comparison = compare_messages(cells, args.concurrency, args.modes, "responses")
+    if responses_comparison["rows"]:
+        print_messages_comparison(responses_comparison)
     failures = [(cell, cell["summary"]) for cell in cells if cell["summary"]["failed"]]
     for cell, summary in failures:
         print(f"\nFAILURES {cell['target']} {cell['mode']} c={cell['concurrency']}: {summary['failed']}",
@@ -234,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                          "client_core": args.client_core, "client": args.client},
             "targets": {"cpu_ratio_max": CPU_RATIO_TARGET, "p50_delta_max_ms": P50_DELTA_TARGET_MS},
             "cells": cells, "comparison": comparison, "messages_comparison": messages_comparison,
+            "responses_comparison": responses_comparison,
             "not_measured": problems,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }

@@ -32,6 +32,7 @@ from inferd.api import images as images_routes
 from inferd.api import sources as sources_routes
 from inferd.api import vectorize as vectorize_routes
 from inferd.api import models as models_routes
+from inferd.api import responses as responses_routes
 from inferd.api import usage as usage_routes
 from inferd.api.asgi import Receive, Scope, Send, error_body
 from inferd.api.body_limits import Authenticate, BodyClock, BodyLimits
@@ -40,6 +41,7 @@ from inferd.api.embeddings import EmbeddingsRoute
 from inferd.api.messages import MessagesCountTokensRoute, MessagesRoute
 from inferd.api.metrics import MetricsRoute
 from inferd.api.rerank import RerankRoute
+from inferd.api.responses import ResponsesRoute
 from inferd.api.tokens import CountTokensRoute
 from inferd.auth.exchange import KeyExchange, build_exchange
 from inferd.auth.principal import Authenticator
@@ -58,6 +60,7 @@ from inferd.observe.metrics import Metrics, worker_exited
 from inferd.observe.requests import RequestIds, RequestNote, current, note_request, stamped
 from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService
+from inferd.services.responses import ResponsesService
 from inferd.services.generate import Generation
 from inferd.services.ingest.service import Ingestion, embedding_model
 from inferd.services.retrieval import Retriever
@@ -70,6 +73,7 @@ from inferd.store.conversations import ConversationRepository
 from inferd.store.hot_sqlite import HotSqlite
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
+from inferd.store.responses import ResponseRepository
 from inferd.store.users import UserRepository
 from inferd.worker.runner import worker_for
 
@@ -100,11 +104,13 @@ class Services:
     exchange: KeyExchange
     conversations: ConversationService
     batches: BatchService
+    responses: ResponsesService
 
     async def close(self) -> None:
         """Flush usage rows and release every connection."""
         await self.health.close()
         await self.writer.close()
+        await self.responses.store.close()
         await self.catalogue.close()
         await self.limits.close()
         await self.keys.close()
@@ -151,7 +157,8 @@ async def build_services(settings: Settings) -> Services:
                     ingestion=Ingestion(db, catalogue, stage, conversations, config.conversations),
                     exchange=build_exchange(Authenticator(keys), keys, users, config.idp, settings.config_path),
                     conversations=conversations,
-                    batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches))
+                    batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches),
+                    responses=ResponsesService(ResponseRepository(db, hot)))
 
 
 def _error_response(exc: InferdError, path: str = "") -> Response:
@@ -219,6 +226,7 @@ class InferdApp:
         self.api.include_router(vectorize_routes.router)
         self.api.include_router(console_routes.router)
         self.api.include_router(admin_routes.router)
+        self.api.include_router(responses_routes.router)
         self._ids = RequestIds()
         self._access_log: AccessLog | None = None
         self._body_clock = BodyClock()
@@ -244,6 +252,8 @@ class InferdApp:
             "/v1/messages": MessagesRoute(services.auth, services.limits, services.chat, services.catalogue),
             "/v1/messages/count_tokens": MessagesCountTokensRoute(services.auth, services.limits, services.chat,
                                                                   services.stage),
+            "/v1/responses": ResponsesRoute(services.auth, services.limits, services.chat, services.catalogue,
+                                            services.responses),
         }
         if services.config.observe.metrics_enabled:
             self._hot["/metrics"] = MetricsRoute(services.metrics, lambda: services.catalogue.models,
@@ -259,6 +269,7 @@ class InferdApp:
         if batch_worker is not None:
             batch_worker.start()
         purge = start_purge(services.conversations, services.config.conversations)
+        retention = services.responses.start_retention()
         try:
             yield
         finally:
@@ -268,6 +279,7 @@ class InferdApp:
             self._hot = {}
             await self._body_clock.close()
             await purge.close()
+            await retention.close()
             if batch_worker is not None:
                 await batch_worker.stop()
             await services.close()

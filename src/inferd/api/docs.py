@@ -12,6 +12,7 @@ from inferd.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
 from inferd.protocol.messages import (CountMessageTokensRequest, CountMessageTokensResponse, ErrorResponse,
                                       MessageResponse, MessagesRequest)
 from inferd.protocol.rerank import RerankRequest, RerankResponse
+from inferd.protocol.responses import ResponseObject, ResponsesRequest
 
 router = APIRouter()
 
@@ -56,4 +57,12 @@ async def messages(request: MessagesRequest) -> MessageResponse:
              responses=_ANTHROPIC_ERRORS)
 async def count_message_tokens(request: CountMessageTokensRequest) -> CountMessageTokensResponse:
     """Prompt tokens a message of this request would bill; free, no usage row."""
+    raise ServiceUnavailable("not served here")
+
+
+@router.post("/v1/responses", response_model=ResponseObject, tags=["responses"])
+async def responses(request: ResponsesRequest) -> ResponseObject:
+    """OpenAI's Responses API on any chat model: blocking, or `text/event-stream` of typed events
+    (each with a `sequence_number`) when `stream` is true. Metered and billed as chat; stored for
+    the key 30 days unless `store` is false."""
     raise ServiceUnavailable("not served here")

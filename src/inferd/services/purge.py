@@ -1,14 +1,16 @@
 """The ephemeral purge: conversations created with `ephemeral=true` are deleted, with their
 messages, participants, source links and vectors, once older than `[conversations]
 ephemeral_ttl_seconds`. Runs in every server; checks at least every min(60, ttl / 5) seconds
-(CONTRACT.md); a delete that finds nothing left to delete is harmless, so replicas may race."""
+(CONTRACT.md); a delete that finds nothing left to delete is harmless, so replicas may race.
+
+The same job keeps stored responses 30 days (`services/responses.py`): only what it deletes differs."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from datetime import datetime, timedelta
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from inferd.store.db import utcnow
 
@@ -16,10 +18,10 @@ log = logging.getLogger("inferd.purge")
 
 DEFAULT_TTL_SECONDS = 86400.0
 
-# Deletes the ephemeral conversations created before a moment, returns their ids
-# (store/conversations.py `ConversationRepository.delete_older_ephemeral`, whose delete hooks
-# remove the sources' links and vectors).
-DeleteOlder = Callable[[datetime], Awaitable[list[int]]]
+# Deletes what was made before a moment, returns their ids or how many (store/conversations.py
+# `ConversationRepository.delete_older_ephemeral`, whose delete hooks remove the sources' links and
+# vectors; store/responses.py `ResponseRepository.delete_older`).
+DeleteOlder = Callable[[datetime], Awaitable[Sequence[object] | int]]
 
 
 def check_interval(ttl_seconds: float) -> float:
@@ -28,20 +30,21 @@ def check_interval(ttl_seconds: float) -> float:
 
 
 class EphemeralPurge:
-    """The background task that purges expired ephemeral conversations on a schedule."""
+    """The background task that purges expired ephemeral conversations (or `what` else) on a schedule."""
 
-    def __init__(self, delete_older: DeleteOlder, ttl_seconds: float) -> None:
+    def __init__(self, delete_older: DeleteOlder, ttl_seconds: float, what: str = "ephemeral conversations") -> None:
         self._delete_older = delete_older
         self._ttl = ttl_seconds
+        self._what = what
         self._task: asyncio.Task[None] | None = None
 
-    async def run_once(self) -> list[int]:
-        """Purge what has expired now; returns the ids deleted."""
+    async def run_once(self) -> Sequence[object] | int:
+        """Purge what has expired now; returns the ids deleted (or how many)."""
         return await self._delete_older(utcnow() - timedelta(seconds=self._ttl))
 
     def start(self) -> None:
         """Start checking, on the running loop."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="ephemeral-purge")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"purge {self._what}")
 
     async def _run(self) -> None:
         interval = check_interval(self._ttl)
@@ -49,9 +52,9 @@ class EphemeralPurge:
             try:
                 purged = await self.run_once()
                 if purged:
-                    log.info("purged %d ephemeral conversations", len(purged))
+                    log.info("purged %d %s", purged if isinstance(purged, int) else len(purged), self._what)
             except Exception:  # a failed pass (a database restarting) must not end the job
-                log.exception("ephemeral purge failed; retrying in %.1f s", interval)
+                log.exception("purge of %s failed; retrying in %.1f s", self._what, interval)
             await asyncio.sleep(interval)
 
     async def close(self) -> None:

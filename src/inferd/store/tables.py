@@ -294,3 +294,16 @@ audit_log = Table(
     Column("details", Text, nullable=False),
     Index("ix_audit_log_org_id", "org_id", "id"),
 )
+
+
+# Stored responses of the Responses API (migration 0009, CONTRACT.md decision 21): per key, kept 30
+# days. `input_items` is the whole conversation answered (JSON list), `response` the object sent.
+responses = Table(
+    "responses", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("key_id", String(32), nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+    Column("input_items", Text, nullable=False),
+    Column("response", Text, nullable=False),
+    Index("ix_responses_created_at", "created_at"),
+)

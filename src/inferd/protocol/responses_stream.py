@@ -1,0 +1,223 @@
+"""A chat-completions stream turned into the Responses API's typed events (CONTRACT.md decision 21).
+
+Chat chunks (parsed) go in one at a time; SSE bytes come out, each event with its
+`sequence_number`: `response.created` and `response.in_progress`, then each output item added,
+grown by deltas (`response.output_text.delta`, `response.function_call_arguments.delta`,
+`response.reasoning_text.delta`) and done, then `response.completed` (or `response.incomplete`
+when the reply was cut, as OpenAI sends it) with the usage. An error chunk after the start becomes
+`response.failed`, and nothing follows it. `response` holds the final response object, for storing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import orjson
+
+from inferd.protocol.responses_mapping import (Translated, function_call_item, message_item, new_id,
+                                               reasoning_item, reasoning_tokens, response_object, status_of,
+                                               usage_of)
+
+# The per-token events are built from bytes templates: `%s` the item id, `%d` the output index,
+# then the sequence number and the delta.
+_TEXT_DELTA = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"%s",'
+               b'"output_index":%d,"content_index":0,"logprobs":[],"sequence_number":')
+_ARGUMENTS_DELTA = (b'event: response.function_call_arguments.delta\ndata: {"type":'
+                    b'"response.function_call_arguments.delta","item_id":"%s","output_index":%d,"sequence_number":')
+_REASONING_DELTA = (b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
+                    b'"item_id":"%s","output_index":%d,"content_index":0,"sequence_number":')
+_DELTAS = {"message": _TEXT_DELTA, "function_call": _ARGUMENTS_DELTA, "reasoning": _REASONING_DELTA}
+
+
+class ResponseStream:
+    """The state of one translated stream: the open output item, the finish reason and the usage."""
+
+    __slots__ = ("_translated", "_cached_counts", "_id", "_created", "_model", "_sequence", "_output", "_kind",
+                 "_item", "_pieces", "_delta_head", "_tool_index", "_finish", "_usage", "response")
+
+    def __init__(self, translated: Translated, cached_counts: Callable[[str], bool],
+                 response_id: str | None = None) -> None:
+        """`cached_counts(model)`: whether that model reports prefix-cache hits (its `prefix_cache`),
+        as its usage rows do."""
+        self._translated = translated
+        self._cached_counts = cached_counts
+        self._id = response_id or new_id("resp")
+        self._created = 0
+        self._model = ""
+        self._sequence = 0
+        self._output: list[dict[str, Any]] = []
+        self._kind = ""  # the open item's type, "" when none is open
+        self._item: dict[str, Any] = {}
+        self._pieces: list[str] = []  # the open item's text or arguments so far
+        self._delta_head = b""
+        self._tool_index: Any = None  # chat's index of the tool call the open function_call carries
+        self._finish: Any = None
+        self._usage: Any = None
+        self.response: dict[str, Any] | None = None  # the final response object, once finished or failed
+
+    def _event(self, name: str, data: dict[str, Any]) -> bytes:
+        data = {"type": name, "sequence_number": self._sequence, **data}
+        self._sequence += 1
+        return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+    def _snapshot(self, status: str, output: list[dict[str, Any]] | None = None, **fields: Any) -> dict[str, Any]:
+        return response_object(self._id, self._created, self._model, status, list(self._output) if output is None
+                               else output, fields.pop("usage", None), self._translated.echo,
+                               self._translated.metadata, **fields)
+
+    def _with_partial(self) -> list[dict[str, Any]]:
+        """The output so far, the open item as far as it got (`incomplete`)."""
+        if not self._kind:
+            return list(self._output)
+        item, text = self._item, "".join(self._pieces)
+        if self._kind == "message":
+            partial = message_item(text, "incomplete", item["id"])
+        elif self._kind == "reasoning":
+            partial = reasoning_item(text, item["id"])
+        else:
+            partial = {**function_call_item(item["call_id"], item["name"], text, item["id"]), "status": "incomplete"}
+        return [*self._output, partial]
+
+    def start(self, first: dict[str, Any]) -> bytes:
+        """`response.created` and `response.in_progress`, then what the first chunk holds."""
+        self._model = str(first.get("model") or self._translated.chat["model"])
+        created = first.get("created")
+        self._created = created if isinstance(created, int) else int(time.time())
+        snapshot = orjson.dumps(self._snapshot("in_progress"))  # once for both events
+        opening = b"".join(
+            b'event: %s\ndata: {"type":"%s","sequence_number":%d,"response":%s}\n\n' % (name, name, number, snapshot)
+            for number, name in enumerate((b"response.created", b"response.in_progress")))
+        self._sequence = 2
+        return opening + self.feed(first)
+
+    def _delta(self, text: str) -> bytes:
+        self._pieces.append(text)
+        head = self._delta_head + b"%d,\"delta\":" % self._sequence
+        self._sequence += 1
+        return head + orjson.dumps(text) + b"}\n\n"
+
+    def _open(self, item: dict[str, Any]) -> bytes:
+        out = self._close()
+        self._kind, self._item, self._pieces = item["type"], item, []
+        index = len(self._output)
+        self._delta_head = _DELTAS[self._kind] % (item["id"].encode(), index)
+        out += self._event("response.output_item.added", {"output_index": index, "item": item})
+        if self._kind == "message":
+            out += self._event("response.content_part.added", {
+                "item_id": item["id"], "output_index": index, "content_index": 0,
+                "part": {"type": "output_text", "text": "", "annotations": []}})
+        elif self._kind == "reasoning":
+            out += self._event("response.content_part.added", {
+                "item_id": item["id"], "output_index": index, "content_index": 0,
+                "part": {"type": "reasoning_text", "text": ""}})
+        return out
+
+    def _close(self) -> bytes:
+        if not self._kind:
+            return b""
+        kind, item, text = self._kind, self._item, "".join(self._pieces)
+        self._kind = ""
+        index = len(self._output)
+        where = {"item_id": item["id"], "output_index": index}
+        if kind == "message":
+            status, _ = status_of(self._finish)
+            done = message_item(text, "incomplete" if status == "incomplete" else "completed", item["id"])
+            out = (self._event("response.output_text.done", {**where, "content_index": 0, "text": text,
+                                                             "logprobs": []})
+                   + self._event("response.content_part.done", {**where, "content_index": 0,
+                                                                "part": done["content"][0]}))
+        elif kind == "reasoning":
+            done = reasoning_item(text, item["id"])
+            out = (self._event("response.reasoning_text.done", {**where, "content_index": 0, "text": text})
+                   + self._event("response.content_part.done", {**where, "content_index": 0,
+                                                                "part": done["content"][0]}))
+        else:
+            done = function_call_item(item["call_id"], item["name"], text, item["id"])
+            out = self._event("response.function_call_arguments.done", {**where, "arguments": text})
+        self._output.append(done)
+        return out + self._event("response.output_item.done", {"output_index": index, "item": done})
+
+    def feed(self, chunk: dict[str, Any]) -> bytes:
+        """The events one chat chunk makes (often none)."""
+        if "error" in chunk:
+            error = chunk["error"] if isinstance(chunk["error"], dict) else {}
+            return self.fail(str(error.get("message") or "The engine failed"), str(error.get("code") or
+                                                                                  "server_error"))
+        out = b""
+        if "usage" in chunk and chunk["usage"]:
+            self._usage = chunk["usage"]
+        # Membership tests before lookups: most chunks carry one text delta, and this runs per token.
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta")
+            if delta:
+                reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+                if reasoning and self._translated.chat.get("reasoning_effort") != "off":
+                    if self._kind != "reasoning":
+                        out += self._open({"id": new_id("rs"), "type": "reasoning", "summary": [], "content": []})
+                    out += self._delta(reasoning)
+                text = delta.get("content")
+                if text:
+                    if self._kind != "message":
+                        out += self._open({"id": new_id("msg"), "type": "message", "role": "assistant",
+                                           "status": "in_progress", "content": []})
+                    out += self._delta(text)
+                if "tool_calls" in delta:
+                    for call in delta["tool_calls"] or ():
+                        out += self._tool_delta(call)
+            if "finish_reason" in choice and choice["finish_reason"]:
+                self._finish = choice["finish_reason"]
+        return out
+
+    def feed_all(self, batch: list[bytes]) -> bytes:
+        """The events of a batch of chunks' JSON bytes, all together."""
+        return b"".join([self.feed(orjson.loads(data)) for data in batch])
+
+    def _tool_delta(self, call: dict[str, Any]) -> bytes:
+        out = b""
+        function = call.get("function") or {}
+        index = call.get("index", self._tool_index)
+        call_id = call.get("id")
+        if self._kind != "function_call" or index != self._tool_index or (
+                call_id and call_id != self._item.get("call_id")):
+            self._tool_index = index
+            out = self._open({"id": new_id("fc"), "type": "function_call", "call_id": call_id or new_id("call"),
+                              "name": function.get("name") or "", "arguments": "", "status": "in_progress"})
+        arguments = function.get("arguments")
+        if arguments:
+            out += self._delta(arguments)
+        return out
+
+    def _usage_object(self) -> dict[str, Any]:
+        usage = self._usage if isinstance(self._usage, dict) else {}
+        details = usage.get("prompt_tokens_details")
+        cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        if cached and not self._cached_counts(self._model):
+            cached = 0
+        return usage_of(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), cached,
+                        reasoning_tokens(usage))
+
+    def finish(self) -> bytes:
+        """The open item's done events and `response.completed` (or `response.incomplete`) with the
+        usage; nothing after a failure. `response` holds the final object afterwards."""
+        if self.response is not None:
+            return b""
+        out = self._close()
+        status, incomplete = status_of(self._finish)
+        self.response = self._snapshot(status, usage=self._usage_object(), incomplete=incomplete)
+        name = "response.incomplete" if status == "incomplete" else "response.completed"
+        return out + self._last_event(name)
+
+    def fail(self, message: str, code: str = "server_error") -> bytes:
+        """`response.failed` for a stream that broke after it started (the open item is left as it was)."""
+        self.response = self._snapshot("failed", self._with_partial(),
+                                       usage=self._usage_object() if self._usage else None,
+                                       error={"code": code, "message": message})
+        return self._last_event("response.failed")
+
+    def _last_event(self, name: str) -> bytes:
+        """The final event, `type` last: a stream's last bytes say how it ended (bench/_loadgen.py
+        checks them), whatever the size of the response before it."""
+        data = {"sequence_number": self._sequence, "response": self.response, "type": name}
+        self._sequence += 1
+        return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"

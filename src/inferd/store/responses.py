@@ -1,0 +1,164 @@
+"""Stored responses (CONTRACT.md decision 21): one row per response made with `store` true, read
+back only with the key that made it, for 30 days; the retention job deletes older ones.
+
+Saving is on the hot path (`store` is the default), so it skips SQLAlchemy as the usage writer
+does: on SQLite, the rows saved in the same turn of the event loop are inserted together in one
+transaction on the loop's own sqlite3 connection (a WAL commit is tens of microseconds, and under
+load one commit serves many rows; the async engine, which waits, only when another process holds
+the lock); on PostgreSQL one statement on a small asyncpg pool. Reads and deletes are cold and go
+through the async engine."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import orjson
+from sqlalchemy import delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from inferd.store.db import utcnow
+from inferd.store.hot_sqlite import HotSqlite, is_busy
+from inferd.store.tables import responses
+
+RETENTION = timedelta(days=30)
+RETENTION_SECONDS = RETENTION.total_seconds()
+_COLUMNS = ("id", "key_id", "created_at", "input_items", "response")
+_SQLITE_INSERT = f"INSERT INTO responses ({', '.join(_COLUMNS)}) VALUES (?, ?, ?, ?, ?)"
+_PG_INSERT = f"INSERT INTO responses ({', '.join(_COLUMNS)}) VALUES ($1, $2, $3, $4, $5)"
+_PG_POOL_SIZE = 4
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A response and the conversation it answered (earlier turns' input items first)."""
+
+    id: str
+    key_id: str
+    input_items: list[dict[str, Any]]
+    response: dict[str, Any]
+
+
+class _SqliteRows:
+    """Inserts on the hot sqlite3 connection, the rows of one loop turn in one transaction."""
+
+    def __init__(self, hot: HotSqlite, engine: AsyncEngine) -> None:
+        self._hot = hot
+        self._engine = engine
+        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[None]]] = []
+
+    async def save(self, values: tuple[Any, ...]) -> None:
+        """Insert a row; returns once it is committed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending.append((values, future))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)
+        await future
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = self._hot.conn
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_SQLITE_INSERT, [values for values, _ in batch])
+            conn.execute("COMMIT")
+        except Exception as exc:  # a callback: every waiter must hear how its row fared
+            if conn is not None and conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
+                # Another process writes: the engine's connection waits for the lock, off the loop.
+                asyncio.ensure_future(self._save_waiting(batch))
+                return
+            _settle(batch, exc)
+        else:
+            _settle(batch, None)
+
+    async def _save_waiting(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[None]]]) -> None:
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(insert(responses), [dict(zip(_COLUMNS, values)) for values, _ in batch])
+        except Exception as exc:
+            _settle(batch, exc)
+        else:
+            _settle(batch, None)
+
+
+def _settle(batch: list[tuple[tuple[Any, ...], asyncio.Future[None]]], error: BaseException | None) -> None:
+    for _, future in batch:
+        if not future.done():  # a waiter cancelled (its client left) still had its row written
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+
+class ResponseRepository:
+    """Reads and writes `responses`."""
+
+    def __init__(self, engine: AsyncEngine, hot: HotSqlite | None = None) -> None:
+        self._engine = engine
+        self._sqlite = _SqliteRows(hot, engine) if hot is not None else None
+        self._pg_dsn = (engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+                        if engine.dialect.name == "postgresql" else None)
+        self._pg_pool: asyncio.Task[asyncpg.Pool] | None = None  # opened by the first save
+
+    async def save(self, stored: StoredResponse) -> None:
+        """Keep a response (for `RETENTION`)."""
+        values = (stored.id, stored.key_id, utcnow(), orjson.dumps(stored.input_items).decode(),
+                  orjson.dumps(stored.response).decode())
+        if self._sqlite is not None:
+            # As SQLAlchemy writes an SQLite DateTime (always with microseconds), so comparisons hold.
+            await self._sqlite.save((*values[:2], values[2].isoformat(" ", "microseconds"), *values[3:]))
+            return
+        if self._pg_dsn is not None:
+            await (await self._pool(self._pg_dsn)).execute(_PG_INSERT, *values)
+            return
+        async with self._engine.begin() as conn:
+            await conn.execute(insert(responses).values(dict(zip(_COLUMNS, values))))
+
+    async def _pool(self, dsn: str) -> asyncpg.Pool:
+        """The pool, opened once however many saves ask at the same time (again after a failure)."""
+        if self._pg_pool is None:
+            self._pg_pool = asyncio.ensure_future(asyncpg.create_pool(dsn, min_size=1, max_size=_PG_POOL_SIZE))
+        opening = self._pg_pool
+        try:
+            return await asyncio.shield(opening)
+        except Exception:
+            if opening.done() and self._pg_pool is opening:
+                self._pg_pool = None
+            raise
+
+    async def close(self) -> None:
+        """Close the PostgreSQL pool, if one was opened."""
+        if self._pg_pool is not None:
+            pool, self._pg_pool = self._pg_pool, None
+            await (await pool).close()
+
+    async def get(self, response_id: str, key_id: str) -> StoredResponse | None:
+        """The key's unexpired response with this id (None for another key's, as for none)."""
+        stmt = select(responses.c.input_items, responses.c.response).where(
+            responses.c.id == response_id, responses.c.key_id == key_id, responses.c.created_at > utcnow() - RETENTION)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return StoredResponse(response_id, key_id, orjson.loads(row.input_items), orjson.loads(row.response))
+
+    async def delete(self, response_id: str, key_id: str) -> bool:
+        """Delete the key's response; False when it had none with this id."""
+        async with self._engine.begin() as conn:
+            result = await conn.execute(delete(responses).where(responses.c.id == response_id,
+                                                                responses.c.key_id == key_id))
+        return bool(result.rowcount)
+
+    async def delete_older(self, before: datetime) -> int:
+        """Delete every response made before `before` (the retention job); returns how many."""
+        async with self._engine.begin() as conn:
+            result = await conn.execute(delete(responses).where(responses.c.created_at < before))
+        return int(result.rowcount or 0)
