@@ -3,8 +3,9 @@
 Chat chunks (parsed) go in one at a time; SSE bytes come out, each event with its
 `sequence_number`: `response.created` and `response.in_progress`, then each output item added,
 grown by deltas (`response.output_text.delta`, `response.function_call_arguments.delta`,
-`response.reasoning_text.delta`) and done, then `response.completed` (or `response.incomplete`
-when the reply was cut, as OpenAI sends it) with the usage. An error chunk after the start becomes
+`response.reasoning_text.delta`) and done, then `response.completed` with the usage: also when
+the reply was cut by `max_output_tokens` (the response's `status` is then `incomplete`), since
+CONTRACT.md decision 21 ends every stream with `response.completed` or `response.failed`. An error chunk after the start becomes
 `response.failed`, and nothing follows it. `response` holds the final response object, for storing.
 """
 
@@ -198,15 +199,14 @@ class ResponseStream:
                         reasoning_tokens(usage))
 
     def finish(self) -> bytes:
-        """The open item's done events and `response.completed` (or `response.incomplete`) with the
-        usage; nothing after a failure. `response` holds the final object afterwards."""
+        """The open item's done events and `response.completed` with the usage (its response's status
+        `incomplete` when cut); nothing after a failure. `response` holds the final object afterwards."""
         if self.response is not None:
             return b""
         out = self._close()
         status, incomplete = status_of(self._finish)
         self.response = self._snapshot(status, usage=self._usage_object(), incomplete=incomplete)
-        name = "response.incomplete" if status == "incomplete" else "response.completed"
-        return out + self._last_event(name)
+        return out + self._last_event("response.completed")
 
     def fail(self, message: str, code: str = "server_error") -> bytes:
         """`response.failed` for a stream that broke after it started (the open item is left as it was)."""
