@@ -1,18 +1,25 @@
 """Built-in chat model: generation tokens/s and time to first token through inferd, against
-llama-cpp-python called directly in one process, on the same prompts and sampling.
+llama-cpp-python called directly in one process, on the same prompts and sampling; then the
+same streamed requests 1, 2, 4 and 8 at once through inferd.
 
-    .venv/bin/python bench/builtin_chat.py [--max-tokens 128] [--rounds 2]
+    .venv/bin/python bench/builtin_chat.py [--max-tokens 128] [--rounds 2] [--concurrency 1,2,4,8] [--no-direct]
 
 Direct runs first (the model in this process, `create_chat_completion(stream=True)`), then the
 model is freed and `inferd serve` starts with the built-in catalogue; the same streamed requests
 go through it over loopback. Greedy sampling, one request at a time. Tokens/s counts completion
 tokens after the first one over the time since the first one; TTFT is from sending the request
 to the first content. Target: inferd within 5% of direct on both.
+
+Concurrency: each round sends N streamed requests at once (the prompts in turn) and waits for all;
+aggregate tokens/s is every completion token of the round over the round's wall time (first send
+to last end). TTFT p50 and max are over every request of the level. Target (issue 15, part 3):
+4 at once give at least 2x the aggregate tokens/s of 1 at a time.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -96,11 +103,72 @@ def through_inferd(max_tokens: int, rounds: int) -> list[dict[str, float]]:
         return results
 
 
+async def _one(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> dict[str, float]:
+    """One streamed greedy request: (TTFT ms, completion tokens, end time)."""
+    body = {"model": "fast", "stream": True, "temperature": 0, "top_p": 1.0, "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": prompt}]}
+    sent = time.perf_counter()
+    first = None
+    completion = 0
+    async with client.stream("POST", url + "/chat/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk: dict[str, Any] = json.loads(line[6:])
+            if chunk.get("usage"):
+                completion = chunk["usage"]["completion_tokens"]
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content") and first is None:
+                first = time.perf_counter()
+    assert first is not None and completion > 0
+    return {"ttft_ms": (first - sent) * 1000, "tokens": completion, "end": time.perf_counter()}
+
+
+async def _levels(url: str, key: str, levels: list[int], max_tokens: int, rounds: int) -> list[dict[str, float]]:
+    rows = []
+    async with httpx.AsyncClient(timeout=600, headers={"Authorization": f"Bearer {key}"},
+                                 limits=httpx.Limits(max_connections=64)) as client:
+        await _one(client, url, PROMPTS[0], 8)  # warm-up: the first request pays for page faults
+        for level in levels:
+            ttfts: list[float] = []
+            rates: list[float] = []
+            load = os.getloadavg()[0]
+            for r in range(rounds):
+                started = time.perf_counter()
+                results = await asyncio.gather(*(_one(client, url, PROMPTS[(r * level + i) % len(PROMPTS)], max_tokens)
+                                                 for i in range(level)))
+                wall = max(x["end"] for x in results) - started
+                rates.append(sum(x["tokens"] for x in results) / wall)
+                ttfts.extend(x["ttft_ms"] for x in results)
+            rows.append({"level": level, "tokens_per_s": statistics.median(rates), "ttft_p50": statistics.median(ttfts),
+                         "ttft_max": max(ttfts), "load": (load + os.getloadavg()[0]) / 2})
+    return rows
+
+
+def concurrency(levels: list[int], max_tokens: int, rounds: int) -> list[dict[str, float]]:
+    """Aggregate tokens/s and TTFT with N streamed requests at once, for each N in `levels`."""
+    with builtin_server() as (url, key):
+        return asyncio.run(_levels(url, key, levels, max_tokens, rounds))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", default="1,2,4,8", help="levels, comma-separated ('' to skip)")
+    parser.add_argument("--no-direct", action="store_true", help="skip the direct vs inferd comparison")
     args = parser.parse_args()
+    levels = [int(n) for n in args.concurrency.split(",") if n]
+    if levels:
+        print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+        rows_by_level = concurrency(levels, args.max_tokens, args.rounds)
+        print(f"{'at once':>7} {'aggregate tok/s':>16} {'x of 1':>7} {'TTFT p50 ms':>12} {'TTFT max ms':>12} "
+              f"{'load':>5}")
+        base = rows_by_level[0]["tokens_per_s"]
+        for row in rows_by_level:
+            print(f"{row['level']:7d} {row['tokens_per_s']:16.1f} {row['tokens_per_s'] / base:7.2f} "
+                  f"{row['ttft_p50']:12.0f} {row['ttft_max']:12.0f} {row['load']:5.2f}")
+    if args.no_direct:
+        return
     rows = {"direct": direct(args.max_tokens, args.rounds), "inferd": through_inferd(args.max_tokens, args.rounds)}
     summary = {name: {metric: statistics.median(r[metric] for r in runs) for metric in ("ttft_ms", "tokens_per_s")}
                for name, runs in rows.items()}
