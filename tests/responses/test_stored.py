@@ -96,3 +96,36 @@ def test_get_and_delete_need_a_key(resp_server: Server) -> None:
     for method in ("GET", "DELETE"):
         reply = httpx.request(method, f"{resp_server.v1}/responses/resp_nope")
         assert reply.status_code == 401 and reply.json()["error"]["type"] == "authentication_error"
+
+
+def test_saved_while_another_writer_holds_the_database(client: openai.OpenAI, resp_server: Server) -> None:
+    """SQLite: another connection holds the write lock for 6 s (longer than a default 5 s busy
+    timeout); the reply waits for it (on a thread, never the loop) and is stored, not failed."""
+    import sqlite3
+    import threading
+
+    url = resp_server.backend.database_url
+    if not url.startswith("sqlite"):
+        pytest.skip("the SQLite write lock")
+    blocker = sqlite3.connect(url.split(":///", 1)[1], isolation_level=None, timeout=30)
+    outcome: dict[str, object] = {}
+
+    def ask() -> None:
+        try:
+            outcome["response"] = client.responses.create(model="mock-chat", input="while locked")
+        except Exception as exc:  # reported below
+            outcome["error"] = exc
+
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        caller = threading.Thread(target=ask)
+        caller.start()
+        caller.join(6.0)
+        assert caller.is_alive(), "the reply should wait for the lock"
+    finally:
+        blocker.execute("COMMIT")
+        blocker.close()
+    caller.join(30)
+    assert "error" not in outcome, outcome.get("error")
+    response = outcome["response"]
+    assert client.responses.retrieve(response.id).output_text == response.output_text  # type: ignore[attr-defined]
