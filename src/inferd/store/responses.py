@@ -4,14 +4,15 @@ back only with the key that made it, for 30 days; the retention job deletes olde
 Saving is on the hot path (`store` is the default), so it skips SQLAlchemy as the usage writer
 does: on SQLite, the rows saved in the same turn of the event loop are inserted together in one
 transaction on the loop's own sqlite3 connection (a WAL commit is tens of microseconds, and under
-load one commit serves many rows; the async engine, which waits, only when another process holds
-the lock); on PostgreSQL one statement on a small asyncpg pool. Reads and deletes are cold and go
+load one commit serves many rows; when another writer holds the lock, a thread of its own with its
+own connection waits for it, as the usage writer does, never the loop); on PostgreSQL one statement on a small asyncpg pool. Reads and deletes are cold and go
 through the async engine."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,10 +47,12 @@ class StoredResponse:
 class _SqliteRows:
     """Inserts on the hot sqlite3 connection, the rows of one loop turn in one transaction."""
 
-    def __init__(self, hot: HotSqlite, engine: AsyncEngine) -> None:
+    def __init__(self, hot: HotSqlite, path: str) -> None:
         self._hot = hot
-        self._engine = engine
+        self._path = path
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[None]]] = []
+        self._threaded: sqlite3.Connection | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="responses-sqlite")
 
     async def save(self, values: tuple[Any, ...]) -> None:
         """Insert a row; returns once it is committed."""
@@ -60,33 +63,48 @@ class _SqliteRows:
             loop.call_soon(self._flush)
         await future
 
+    @staticmethod
+    def _write(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(_SQLITE_INSERT, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     def _flush(self) -> None:
         batch, self._pending = self._pending, []
-        conn: sqlite3.Connection | None = None
+        rows = [values for values, _ in batch]
         try:
-            conn = self._hot.conn
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(_SQLITE_INSERT, [values for values, _ in batch])
-            conn.execute("COMMIT")
+            self._write(self._hot.conn, rows)
         except Exception as exc:  # a callback: every waiter must hear how its row fared
-            if conn is not None and conn.in_transaction:
-                conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
-                # Another process writes: the engine's connection waits for the lock, off the loop.
-                asyncio.ensure_future(self._save_waiting(batch))
+                # Another writer holds the lock: the same rows (SQL text values, as on the loop)
+                # go through a thread that waits for it.
+                future = asyncio.get_running_loop().run_in_executor(self._executor, self._write_threaded, rows)
+                future.add_done_callback(lambda done: _settle(batch, done.exception()))
                 return
             _settle(batch, exc)
         else:
             _settle(batch, None)
 
-    async def _save_waiting(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[None]]]) -> None:
-        try:
-            async with self._engine.begin() as conn:
-                await conn.execute(insert(responses), [dict(zip(_COLUMNS, values)) for values, _ in batch])
-        except Exception as exc:
-            _settle(batch, exc)
-        else:
-            _settle(batch, None)
+    def _write_threaded(self, rows: list[tuple[Any, ...]]) -> None:
+        if self._threaded is None:
+            self._threaded = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            self._threaded.execute("PRAGMA busy_timeout=30000")
+        self._write(self._threaded, rows)
+
+    async def close(self) -> None:
+        """Close the thread's connection and stop the thread (after any write it is doing)."""
+        def shut() -> None:
+            if self._threaded is not None:
+                self._threaded.close()
+                self._threaded = None
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, shut)
+        self._executor.shutdown(wait=True)
 
 
 def _settle(batch: list[tuple[tuple[Any, ...], asyncio.Future[None]]], error: BaseException | None) -> None:
@@ -103,7 +121,7 @@ class ResponseRepository:
 
     def __init__(self, engine: AsyncEngine, hot: HotSqlite | None = None) -> None:
         self._engine = engine
-        self._sqlite = _SqliteRows(hot, engine) if hot is not None else None
+        self._sqlite = _SqliteRows(hot, engine.url.database) if hot is not None and engine.url.database else None
         self._pg_dsn = (engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
                         if engine.dialect.name == "postgresql" else None)
         self._pg_pool: asyncio.Task[asyncpg.Pool] | None = None  # opened by the first save
@@ -135,7 +153,9 @@ class ResponseRepository:
             raise
 
     async def close(self) -> None:
-        """Close the PostgreSQL pool, if one was opened."""
+        """Close the SQLite writer's thread and the PostgreSQL pool, if one was opened."""
+        if self._sqlite is not None:
+            await self._sqlite.close()
         if self._pg_pool is not None:
             pool, self._pg_pool = self._pg_pool, None
             await (await pool).close()
