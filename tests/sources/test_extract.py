@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import InvalidRequest
-from inferd.services.ingest.extract import (MAX_CHARS, MAX_ZIP_TOTAL_BYTES, aligned_tables, decode_text,
-                                            extract_text, normalise)
+from inferd.services.ingest.extract import MAX_CHARS, aligned_tables, decode_text, extract_text, normalise
+from inferd.services.ingest.office import MAX_ZIP_TOTAL_BYTES
 from tests.sources import documents
 
 
