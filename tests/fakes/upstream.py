@@ -35,6 +35,8 @@ bearer starts with `forbidden-` 403 (OpenAI's shape), on every route: a wrong `a
 gateway's configuration.
 
 Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
+`GET /_in_flight` says how many chat requests are being answered now and the most at once since
+the last reset (`{"now": N, "peak": M}`): a pacing test's view of one deployment.
 `GET /health` answers 200 (a pool's active health probe). Several fakes may run at once, each on
 its own port (`--port P` again after a SIGKILL brings one back where it was).
 Streams the client abandoned are recorded too: `GET /_aborts` lists `{model, chunks_sent}`.
@@ -226,8 +228,18 @@ class FakeUpstream:
         self.requests: list[dict[str, Any]] = []
         self.aborts: list[dict[str, Any]] = []
         self.flaky: dict[str, int] = {}
+        self.in_flight = 0
+        self.peak_in_flight = 0
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await self._chat(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append({"path": request.path, "body": body,
                               "authorization": request.headers.get("Authorization"),
@@ -417,9 +429,13 @@ class FakeUpstream:
     async def recorded_aborts(self, request: web.Request) -> web.Response:
         return web.json_response(self.aborts)
 
+    async def chats_in_flight(self, request: web.Request) -> web.Response:
+        return web.json_response({"now": self.in_flight, "peak": self.peak_in_flight})
+
     async def reset(self, request: web.Request) -> web.Response:
         self.requests.clear()
         self.aborts.clear()
+        self.peak_in_flight = self.in_flight
         return web.json_response({"ok": True})
 
 
@@ -451,6 +467,7 @@ def build_app() -> web.Application:
     app.router.add_get("/health", lambda request: web.json_response({"ok": True}))
     app.router.add_get("/_requests", fake.recorded)
     app.router.add_get("/_aborts", fake.recorded_aborts)
+    app.router.add_get("/_in_flight", fake.chats_in_flight)
     app.router.add_post("/_reset", fake.reset)
     return app
 

@@ -9,7 +9,9 @@ deployment's engine), and:
   relayed 4xx is final;
 - meters the call once: one usage row, for the deployment and model that answered (or were tried
   last), committed before the result is returned, or handed back as a value (`record=False`: the
-  batch worker commits it with the line's result).
+  batch worker commits it with the line's result);
+- with a `pacer` (batch lines), takes only deployments with a free slot of it and holds that slot
+  for the attempt, waiting when every untried one is full (calls/pacing.py).
 
 Streams (`open_stream`) fail over the same way up to their first batch of events; after that the
 stream is the caller's, which ends it with `StreamLease.finish` (meter and free the slot).
@@ -22,7 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Generic, TypeVar
 
-from inferd.calls.pool import WAIT
+from inferd.calls.pacing import Pacer
+from inferd.calls.route import PacedRoute, Route
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, Engine
 from inferd.errors import EngineError, EngineTimeout, EngineUnavailable, InferdError, ModelOverloaded, RelayedError
@@ -103,14 +106,15 @@ class CallStage:
                 if all(d.can(capability) for d in m.deployments)]
 
     async def _first_answer(self, model: Model, capability: type[E], key: KeyRecord, affinity: str | None,
-                            attempt: Callable[[E, Deployment, Model], Awaitable[T]], hold: bool = False
-                            ) -> tuple[T, Model, int]:
+                            attempt: Callable[[E, Deployment, Model], Awaitable[T]], hold: bool = False,
+                            pacer: Pacer | None = None) -> tuple[T, Model, int]:
         """The first answer of `attempt` over the route (model, index of the deployment that gave it).
         The slot is released after each attempt, or kept on success when `hold` (a stream keeps
-        its slot until it ends). Raises _Exhausted, or the first final (non-failover) failure
-        wrapped the same way."""
+        its slot until it ends; never paced). Raises _Exhausted, or the first final (non-failover)
+        failure wrapped the same way."""
         last: _Exhausted | None = None
-        route = _Route(self, model, key, capability, affinity)
+        route = Route(self, model, key, capability, affinity) if pacer is None else \
+            PacedRoute(self, model, key, capability, affinity, pacer)
         while True:
             try:
                 slot = await route.next()
@@ -125,7 +129,7 @@ class CallStage:
             try:
                 value = await attempt(deployment.serving(capability), deployment, answering)
             except InferdError as exc:
-                answering.pool.release(index)
+                route.release(answering, index)
                 reason = failover_reason(exc)
                 if reason is None:
                     raise _Exhausted(exc, deployment) from None
@@ -133,10 +137,10 @@ class CallStage:
                 last = _Exhausted(exc, deployment)
                 continue
             except BaseException:
-                answering.pool.release(index)
+                route.release(answering, index)
                 raise
             if not hold:
-                answering.pool.release(index)
+                route.release(answering, index)
             answering.pool.succeeded(index)
             return value, answering, index
         if last is None:  # nothing was tried: cannot happen for a resolved model with deployments
@@ -145,15 +149,17 @@ class CallStage:
 
     async def call(self, model: Model, capability: type[E], billing: Billing,
                    attempt: Callable[[E, Deployment, Model], Awaitable[Answer[T]]], *,
-                   affinity: str | None = None, record: bool = True) -> Metered[T]:
+                   affinity: str | None = None, record: bool = True, pacer: Pacer | None = None) -> Metered[T]:
         """Run `attempt` on the model's deployments until one answers (failing over as the module
         says); meter the call once. A failure raises the last attempt's error with its usage row
-        written (or, with `record=False`, attached as `exc.usage`)."""
+        written (or, with `record=False`, attached as `exc.usage`). With `pacer`, each attempt
+        holds a slot of it on its deployment."""
         started = time.perf_counter()
         self._writer.active += 1
         try:
             try:
-                answer, answering, index = await self._first_answer(model, capability, billing.key, affinity, attempt)
+                answer, answering, index = await self._first_answer(model, capability, billing.key, affinity, attempt,
+                                                                     pacer=pacer)
             except _Exhausted as failed:
                 await self._failed(billing, failed.deployment, failed.error, started, record)
                 raise failed.error from None
@@ -249,48 +255,6 @@ class _Exhausted(Exception):
         super().__init__(error.message)
         self.error = error
         self.deployment = deployment
-
-
-class _Route:
-    """The attempts of one call: the model's deployments in routing order (each once), then each
-    fallback's. `next` takes a slot on the next one (waiting in line when all are full) and the
-    caller releases it (`Pool.release`); None when nothing is left to try."""
-
-    __slots__ = ("_stage", "_origin", "_model", "_key", "_capability", "_affinity", "_tried", "_deadline", "_fallbacks")
-
-    def __init__(self, stage: CallStage, model: Model, key: KeyRecord, capability: type[Engine],
-                 affinity: str | None) -> None:
-        self._stage = stage
-        self._origin = model.id
-        self._model = model
-        self._key = key
-        self._capability = capability
-        self._affinity = affinity
-        self._tried: list[int] = []
-        self._deadline = 0.0  # set when the call first has to wait for a slot
-        self._fallbacks: list[Model] | None = None
-
-    async def next(self) -> tuple[Model, int] | None:
-        """(model, deployment index) of the next attempt, its slot held."""
-        while True:
-            pool = self._model.pool
-            index = pool.take(self._affinity, self._tried)
-            if index is WAIT:
-                if not self._deadline:
-                    self._deadline = time.monotonic() + self._model.config.queue_timeout_s
-                index = await pool.acquire(self._affinity, self._tried, self._deadline)
-            if index is not None:
-                self._tried.append(index)
-                return self._model, index
-            if self._fallbacks is None:
-                self._fallbacks = self._stage.fallbacks(self._model, self._key, self._capability)
-            if not self._fallbacks:
-                return None
-            fallback = self._fallbacks.pop(0)
-            self._stage.metrics.fallback(self._origin, fallback.id)
-            self._model = fallback
-            self._tried = []
-            self._deadline = 0.0
 
 
 class StreamLease:

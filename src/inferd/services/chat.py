@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator
 import orjson
 
 from inferd.api.checks import check_reasoning_effort
+from inferd.calls.pacing import Pacer
 from inferd.calls.stage import Answer, Billing, CallStage, Metered, StreamLease
 from inferd.catalogue import CHAT_TYPES, Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, estimate_tokens, prompt_upper_bound
@@ -154,9 +155,11 @@ class ChatService:
         except (InferdError, asyncio.TimeoutError):
             return estimate_tokens(call.payload)
 
-    async def complete(self, call: ChatCall, *, record: bool = True) -> Metered[dict[str, Any]]:
+    async def complete(self, call: ChatCall, *, record: bool = True,
+                       pacer: Pacer | None = None) -> Metered[dict[str, Any]]:
         """A blocking completion and its usage, metered (committed, unless `record` is False: then
-        the caller commits `usage`) before it is returned."""
+        the caller commits `usage`) before it is returned; `pacer` caps such calls per deployment
+        (batch lines)."""
         async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> Answer[dict[str, Any]]:
             body = await engine.chat(call.payload_for(deployment))
             numbers = _usage_numbers(body.get("usage"))
@@ -173,7 +176,7 @@ class ChatService:
             return Answer(body, *numbers)
 
         return await self._stage.call(call.model, ChatEngine, call.billing, attempt, affinity=call.affinity,
-                                      record=record)
+                                      record=record, pacer=pacer)
 
     def stream(self, call: ChatCall) -> AsyncIterator[bytes]:
         """SSE frames for a streamed completion; the row is committed before `data: [DONE]`.

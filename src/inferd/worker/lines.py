@@ -1,6 +1,13 @@
 """One batch line through the chat corridor: validation, model resolution and the org's
 allow-list, the key's budget, pacing, the call stage (failover) with retries, half-price usage.
 
+Pacing (CONTRACT.md 16, 17: `[batches] max_concurrency` lines in flight per deployment) has two
+parts. The call stage holds each attempt to a free slot of the worker's `Pacer` on the deployment
+it is sent to, whatever the routing (weights, affinity), failover or fallbacks choose. Before
+that, lines wait for their model's share (`max_concurrency` per deployment of its pool) here,
+before the cancel and budget checks, so a line that waited long still sees a cancel or a spent
+budget; only a line that fails over onto a full deployment waits inside the stage.
+
 The usage row is not committed here: the call stage hands it back as a value (`record=False`) and
 it travels with the line's result so both are recorded in one transaction (store/batches.py),
 which is what makes a crash lose both or neither.
@@ -16,6 +23,7 @@ from typing import Any, Callable
 import orjson
 
 from inferd.api.checks import check_chat, check_metadata
+from inferd.calls.pacing import Pacer
 from inferd.calls.stage import Metered
 from inferd.catalogue import Model
 from inferd.config import BatchConfig
@@ -53,12 +61,14 @@ class LineRunner:
         self._limits = limits
         self._config = config
         self._paces: dict[str, asyncio.Semaphore] = {}
+        self._pacer = Pacer(config.max_concurrency)
         # Cost of lines finished but not yet committed, per charged key: the budget counts it.
         self.unrecorded: dict[str, float] = {}
         self.retry_base = RETRY_BASE_SECONDS
 
     def _pace(self, model: Model) -> asyncio.Semaphore:
-        """Lines in flight on a model: `max_concurrency` per deployment of its pool."""
+        """Lines of a model past their checks: `max_concurrency` per deployment of its pool (each
+        deployment's own cap is the pacer's)."""
         pace = self._paces.get(model.id)
         if pace is None:
             pace = self._paces[model.id] = asyncio.Semaphore(self._config.max_concurrency * len(model.deployments))
@@ -119,7 +129,7 @@ class LineRunner:
         stage's own failover; only the attempt that decides the line is billed."""
         for attempt in range(RETRIES + 1):
             try:
-                return await self._chat.complete(call, record=False)
+                return await self._chat.complete(call, record=False, pacer=self._pacer)
             except InferdError as exc:
                 if attempt == RETRIES or not _transient(exc):
                     raise
