@@ -299,6 +299,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", help="one document (file name, with or without its extension)")
     parser.add_argument("--limit", type=int, help="at most N questions")
+    parser.add_argument("--kinds", help="only these kinds of question, comma-separated (lookup,buried,number,chained,table)")
     parser.add_argument("--model", default="fast")
     parser.add_argument("--big", action="store_true", help="the 1,000,000-character source instead of the set")
     parser.add_argument("--src", type=Path, default=HERE.parent / "src", help="the source tree the server imports")
@@ -312,6 +313,7 @@ def main() -> None:
     questions = [q for q in every if not args.only or args.only in (q["document"], q["document"].rsplit(".", 1)[0])]
     if not questions:
         raise SystemExit(f"no document {args.only!r}")
+    questions = [q for q in questions if not args.kinds or q["kind"] in args.kinds.split(",")]
     questions = questions[:args.limit] if args.limit else questions
     saved: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M"), "model": args.model, "big": args.big}
     with eval_server(args.src.resolve()) as served:

@@ -35,7 +35,7 @@ import orjson
 
 from inferd.catalogue import CHAT_TYPES, Model, ModelCatalogue
 from inferd.errors import InferdError, NotFound
-from inferd.services import grounding, retrieval
+from inferd.services import bridging, grounding, retrieval
 from inferd.services.retrieval import Retriever
 from inferd.store.conversations import Access, NewMessage
 from inferd.store.keys import KeyRecord
@@ -212,9 +212,14 @@ class GenerateTurn:
         call_id = f"retrieval_{self._turn_id[:16]}"
         try:
             found = await self._gen.retriever.retrieve(self._key, self._conversation_id, queries,
-                                             self._retrieval_top_k)
+                                                       self._retrieval_top_k)
+            bridges = bridging.bridges_of(question, found)
+            if bridges:
+                queries = [*queries, *((bridge.query, 1.0) for bridge in bridges)]  # stored with the turn
+                found = bridging.joined(found, await self._gen.retriever.retrieve_each(
+                    self._key, self._conversation_id, [bridge.query for bridge in bridges], bridging.BRIDGE_SEARCH))
             excerpts = await grounding.condense(partial(self._gen.retriever.embed, self._key), question, found,
-                                                self._retrieval_tokens)
+                                                self._retrieval_tokens, [bridge.name for bridge in bridges])
             excerpts = await grounding.fit_passages(
                 self._resolved, lambda payload: self._gen.chat.count_payload(self._resolved, self._key, payload),
                 messages, question, excerpts)

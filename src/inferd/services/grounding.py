@@ -27,7 +27,7 @@ import numpy as np
 
 from inferd.catalogue import Model
 from inferd.engines.base import prompt_upper_bound
-from inferd.services.retrieval import Passage, query_terms
+from inferd.services.retrieval import Passage, query_terms, words_of
 
 ANSWER_ROOM = 512  # tokens kept free for the answer
 # An answer from passages should copy them, not vary: at the engines' usual 0.7 the built-in model
@@ -36,6 +36,8 @@ GROUNDED_TEMPERATURE = 0.2
 DEFAULT_RETRIEVAL_TOKENS = 450  # prompt tokens of passages (about 2 s of the built-in model's reading)
 CHARS_PER_TOKEN = 3.6  # a cautious English average for the chat models' BPE vocabularies
 WORD_WEIGHT = 0.25  # how much the share of the question's words in a piece adds to its cosine
+BRIDGE_WEIGHT = 0.2  # what holding all of a bridge name's words adds to a piece's score
+BRIDGE_PIECES = 2  # pieces holding a bridge name always read besides the best (its own row, its section)
 RANK_DECAY = 0.02  # a piece of a lower-ranked passage needs a little more to be chosen
 # Past the best MIN_PIECES, pieces scoring this much below the best are left out even when they
 # fit: a small model picks the wrong one of several similar numbers more often the more of them it
@@ -141,9 +143,17 @@ def estimate_tokens(text: str) -> int:
     return int(len(text) / CHARS_PER_TOKEN) + 1
 
 
-def _stem(word: str) -> str:
-    word = word.lower()
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+def stem(word: str) -> str:
+    """A light stem, so that "approves" meets "approved" and "simmered" meets "simmer"."""
+    word = word.lower().rstrip("'’")
+    if word.endswith(("'s", "’s")):
+        word = word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    for suffix in ("ing", "ed", "e"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[:-len(suffix)]
+    return word
 
 
 def _cells(row: str) -> list[str]:
@@ -186,11 +196,14 @@ def _render(body: str, units: list[Unit], chosen: list[int]) -> tuple[str, list[
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]  # texts -> unit vectors (billed by the caller's key)
 
 
-async def condense(embed: Embed, question: str, passages: Sequence[Passage], budget_tokens: int) -> list[Excerpt]:
+async def condense(embed: Embed, question: str, passages: Sequence[Passage], budget_tokens: int,
+                   bridges: Sequence[str] = ()) -> list[Excerpt]:
     """The pieces of `passages` (best first) most worth the model's reading, within `budget_tokens`:
     each scored by its cosine with the question plus the share of the question's words it holds
     (a table row read with its column names), a little less for a lower-ranked passage; chosen best
-    first while they fit (a passage brings its label). Passages with nothing chosen are left out."""
+    first while they fit (a passage brings its label). A piece holding a bridge name (the second
+    hop's, services/bridging.py: the office the first fact names) scores a little more, and the
+    best BRIDGE_PIECES of them per name are read first. Passages with nothing chosen are left out."""
     bodies = [body_of(passage) for passage in passages]
     cut = [units_of(body) for body in bodies]
     flat = [(p, u) for p, units in enumerate(cut) for u in range(len(units))]
@@ -200,8 +213,8 @@ async def condense(embed: Embed, question: str, passages: Sequence[Passage], bud
     headers = {(p, unit.header) for p, units in enumerate(cut) for unit in units if unit.header is not None}
     vectors = await embed([question, *texts])
     cosines = vectors[1:] @ vectors[0] if len(vectors) > 1 else np.zeros(0, np.float32)
-    words = {_stem(term) for term in query_terms(question)}
-    held = [{_stem(term) for term in query_terms(text)} & words for text in texts]
+    words = {stem(term) for term in query_terms(question)}
+    held = [{stem(term) for term in words_of(text)} & words for text in texts]
     # A question word found in most pieces (the product's name in every one) tells them apart
     # less than a rare one: each word weighs its inverse document frequency among the pieces.
     found_in = Counter(word for found in held for word in found)
@@ -211,18 +224,38 @@ async def condense(embed: Embed, question: str, passages: Sequence[Passage], bud
     def word_share(i: int) -> float:
         return sum(weights[word] for word in held[i]) / total if total else 0.0
 
+    names = [{stem(term) for term in query_terms(name)} - words for name in bridges]
+    names = [name for name in names if name]
+    # A piece holds a bridge name in its text or its section's heading ("Recipe 7: Dark lamb stock").
+    sections = [{stem(term) for term in query_terms(passage.heading or "")} for passage in passages]
+    stems = [{stem(term) for term in words_of(text)} | sections[flat[i][0]] for i, text in enumerate(texts)]
+
+    def bridge_share(i: int) -> float:
+        return max((len(name & stems[i]) / len(name) for name in names), default=0.0)
+
     # A header row is read with the rows chosen under it, never alone.
     scores = [-np.inf if flat[i] in headers else
-              float(cosines[i]) + WORD_WEIGHT * word_share(i) - RANK_DECAY * flat[i][0]
+              float(cosines[i]) + WORD_WEIGHT * word_share(i) + BRIDGE_WEIGHT * bridge_share(i)
+              - RANK_DECAY * flat[i][0]
               for i in range(len(flat))]
     chosen: list[set[int]] = [set() for _ in passages]
     left = budget_tokens
     top, picked = max(scores), 0
-    for i in sorted(range(len(flat)), key=lambda i: -scores[i]):
+    # Besides the best MIN_PIECES (the sentence naming a bridge, usually), the pieces holding each
+    # bridge name are read first, however far below the best they score: the second fact (the
+    # office's row) shares next to nothing with the question. Of those, the ones holding the
+    # question's rarer words: "simmer" for how long the stock simmers, "extension" (a column name)
+    # for a phone extension.
+    order = sorted(range(len(flat)), key=lambda i: -scores[i])
+    leading = set(order[:MIN_PIECES])
+    by_words = sorted(order, key=lambda i: -word_share(i))
+    forced = [i for name in names for i in [i for i in by_words if name <= stems[i] and np.isfinite(scores[i])
+                                             and i not in leading][:BRIDGE_PIECES]]
+    for i in dict.fromkeys([*forced, *order]):
         p, u = flat[i]
         if not np.isfinite(scores[i]):
             break  # header rows, last in this order
-        if picked >= MIN_PIECES and scores[i] < top - SCORE_MARGIN:
+        if picked >= MIN_PIECES + len(forced) and scores[i] < top - SCORE_MARGIN:
             break  # far weaker pieces only distract
         cost = estimate_tokens(texts[i])
         if not chosen[p]:

@@ -100,6 +100,12 @@ class Passage:
                 "char_start": self.char_start, "char_end": self.char_end, "score": round(self.score, 6)}
 
 
+def words_of(text: str) -> list[str]:
+    """Every word and code of a text but stopwords and lone letters, in order (repeats kept)."""
+    return [term for term in (match.group(0) for match in _TERM.finditer(text))
+            if term.lower() not in STOPWORDS and (len(term) > 1 or term.isdigit())]
+
+
 def query_terms(query: str) -> list[str]:
     """The words and codes of a query worth matching literally: stopwords and lone letters dropped,
     codes such as `QX-4471-B` or `v2.3.1` kept whole, each once, at most MAX_TERMS."""
@@ -147,32 +153,45 @@ class Retriever:
         question itself, and for a follow-up the question folded with the turns before it), best first.
         No embedding call (and no charge) when the conversation has no active chunk. The caller checks
         the user may read the conversation. Raises EmbeddingFailed (503) when the embedder is unreachable."""
-        queries = [(text.strip(), weight) for text, weight in queries if text.strip()]
+        found = await self._search(key, conversation_id, [list(queries)], top_k)
+        return found[0] if found else []
+
+    async def retrieve_each(self, key: KeyRecord, conversation_id: int, queries: Sequence[str],
+                            top_k: int) -> list[list[Passage]]:
+        """The best `top_k` passages for each query on its own (a second hop's bridges), in one
+        embedding call; an empty list per query when the conversation has no active chunk."""
+        found = await self._search(key, conversation_id, [[(query, 1.0)] for query in queries], top_k)
+        return found or [[] for _ in queries]
+
+    async def _search(self, key: KeyRecord, conversation_id: int,
+                      groups: Sequence[Sequence[tuple[str, float]]], top_k: int) -> list[list[Passage]]:
+        """For each group of weighted queries, its fused best `top_k` passages; [] (and no embedding
+        call) when the conversation has no active chunk or nothing is asked."""
+        groups = [[(text.strip(), weight) for text, weight in group if text.strip()] for group in groups]
+        texts = [text for group in groups for text, _ in group]
         async with self._db.connect() as conn:
             ids, matrix, dims = await store.active_chunk_vectors(conn, conversation_id)
-        if not ids or not queries or top_k <= 0:
+        if not ids or not texts or top_k <= 0:
             return []
-        vectors = await self.embed(key, [text for text, _ in queries])
-        rankings: list[tuple[Sequence[int], float]] = []
-        relevant: set[int] = set()
+        vectors = iter(await self.embed(key, texts))
+        chosen: list[list[tuple[int, float]]] = []
         async with self._db.connect() as conn:
-            for (text, weight), vector in zip(queries, vectors):
-                close = rank(matrix, dims, vector, CANDIDATES)
-                rankings.append(([ids[row] for row, _ in close], weight))
-                relevant.update(ids[row] for row, cosine in close if cosine >= MIN_COSINE)
-                words = await store.keyword_ranking(conn, conversation_id, query_terms(text), CANDIDATES)
-                rankings.append((words, weight))
-                relevant.update(words)
-            best = [(chunk_id, score) for chunk_id, score in fuse(rankings) if chunk_id in relevant][:top_k]
-            rows = await store.chunk_texts(conn, [chunk_id for chunk_id, _ in best])
-        passages = []
-        for chunk_id, score in best:
-            row = rows.get(chunk_id)
-            if row is not None:  # deleted meanwhile
-                passages.append(Passage(int(row["source_id"]), str(row["source_name"]), chunk_id,
-                                        int(row["ordinal"]), str(row["text"]), row["heading"], row["char_start"],
-                                        row["char_end"], score))
-        return passages
+            for group in groups:
+                rankings: list[tuple[Sequence[int], float]] = []
+                relevant: set[int] = set()
+                for text, weight in group:
+                    close = rank(matrix, dims, next(vectors), CANDIDATES)
+                    rankings.append(([ids[row] for row, _ in close], weight))
+                    relevant.update(ids[row] for row, cosine in close if cosine >= MIN_COSINE)
+                    words = await store.keyword_ranking(conn, conversation_id, query_terms(text), CANDIDATES)
+                    rankings.append((words, weight))
+                    relevant.update(words)
+                chosen.append([(chunk_id, score) for chunk_id, score in fuse(rankings) if chunk_id in relevant][:top_k])
+            rows = await store.chunk_texts(conn, list({chunk_id for best in chosen for chunk_id, _ in best}))
+        return [[Passage(int(row["source_id"]), str(row["source_name"]), chunk_id, int(row["ordinal"]),
+                         str(row["text"]), row["heading"], row["char_start"], row["char_end"], score)
+                 for chunk_id, score in best if (row := rows.get(chunk_id)) is not None]  # None: deleted meanwhile
+                for best in chosen]
 
     async def search_sources(self, key: KeyRecord, conversation_id: int, query: str,
                              top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
