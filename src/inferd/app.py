@@ -292,7 +292,10 @@ class InferdApp:
         token = current.set(note)
         route = self._hot.get(scope["path"])
         try:
-            await (route or self._cold)(scope, receive, stamped(send, note))
+            if route is not None:  # starts its responses with observe.requests.response_start
+                await route(scope, receive, send)
+            else:
+                await self._cold(scope, receive, stamped(send, note))
         except BaseException:
             if not note.status:
                 note.status = 500

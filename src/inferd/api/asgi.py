@@ -6,7 +6,7 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from inferd.errors import InferdError, MethodNotAllowed
-from inferd.observe.requests import current
+from inferd.observe.requests import current, response_start
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -33,8 +33,7 @@ def header(scope: Scope, name: bytes) -> str | None:
 async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
                      ) -> None:
     """A complete response."""
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*(headers or JSON_HEADERS), (b"content-length", str(len(body)).encode())]})
+    await send(response_start(status, [*(headers or JSON_HEADERS), (b"content-length", str(len(body)).encode())]))
     await send({"type": "http.response.body", "body": body})
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from inferd.api.asgi import JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, send_bytes, send_error, watch_disconnect
+from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, response_start, send_bytes, send_error,
+                             watch_disconnect)
 from inferd.api.checks import check_chat, check_metadata
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
@@ -55,7 +56,7 @@ class ChatCompletionsRoute(JsonRoute):
                 watcher.cancel()
                 await send_error(send, exc)
                 return
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send(response_start(200, SSE_HEADERS))
             await send({"type": "http.response.body", "body": first, "more_body": True})
             try:
                 async for frame in frames:

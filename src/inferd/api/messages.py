@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import orjson
 
-from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, header, note_rejection, send_bytes,
-                             watch_disconnect)
+from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, header, note_rejection, response_start,
+                             send_bytes, watch_disconnect)
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
 from inferd.calls.stage import CallStage
@@ -102,7 +102,7 @@ class MessagesRoute(AnthropicRoute):
                 watcher.cancel()
                 await self.refuse(send, exc)
                 return
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send(response_start(200, SSE_HEADERS))
             opening = stream.start(orjson.loads(first), call.prompt_count)
             await send({"type": "http.response.body", "body": opening + stream.feed_all(rest), "more_body": True})
             try:

@@ -17,7 +17,8 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from inferd.api.asgi import JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, send_bytes, send_error, watch_disconnect
+from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, response_start, send_bytes, send_error,
+                             watch_disconnect)
 from inferd.api.deps import long_lived_key, services
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
@@ -90,7 +91,7 @@ class ResponsesRoute(JsonRoute):
                 watcher.cancel()
                 await send_error(send, exc)
                 return
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send(response_start(200, SSE_HEADERS))
             opening = stream.start(orjson.loads(first))
             await send({"type": "http.response.body", "body": opening + stream.feed_all(rest), "more_body": True})
             try:
