@@ -47,3 +47,9 @@ def test_joined_puts_new_passages_after_the_lead_and_drops_repeats() -> None:
     assert [p.chunk_id for p in joined(first, second)] == [1, 2, 9, 8, 3]
     assert joined(first, []) == first
     assert Bridge("a", "a b") == Bridge("a", "a b")
+
+
+def test_a_code_is_a_value_not_a_bridge() -> None:
+    mission = passage(6, "The secret launch code of the Pelican mission is AMBER-7731, kept in the Blue Room safe.")
+    bridges = bridges_of("What is the launch code of the Pelican mission?", [mission])
+    assert [bridge.name for bridge in bridges] == ["Blue Room"]

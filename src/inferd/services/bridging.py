@@ -12,8 +12,8 @@ No model is asked for it (a call to the 0.5B model costs seconds before the firs
 sentences of the first passages that share most of the question's words (rare ones weighing more,
 the document's subject not at all) are read for proper names (runs of capitalised words, "Cost
 Centre Controller"; a single one when it does not open the sentence, "the Boatman") and references
-such as "(recipe 7)". A name the question already holds, a date, or a name found in most of the
-passages (the company) is no bridge. Each bridge becomes a query with the question's words its
+such as "(recipe 7)". A name the question already holds, a code, a date, or a name found in most
+of the passages (the company) is no bridge. Each bridge becomes a query with the question's words its
 passage lacks (what is asked of the bridge: "phone extension").
 
 On bench/rag_eval.py's 40 questions the answer reached the model for 39 (34 without the second
@@ -91,6 +91,8 @@ def _phrases(sentence: str, asked: set[str]) -> list[tuple[str, bool]]:
             # Nothing left, a clause rather than a name, or the question's own name ("Skyfold
             # Instruments GmbH" when it asks about Skyfold) that a fragment would only blur.
             continue
+        if any(char.isdigit() for char in match.group(0)):
+            continue  # a code ("AMBER-7731", "HX-220-M") is a value, usually the answer itself
         if len(kept) == 1 and (match.start() == opening or kept[0].lower() in STOPWORDS):
             continue  # a capital that only opens the sentence ("Any", "Work") names nothing
         found.append((" ".join(kept), False))
