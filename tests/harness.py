@@ -90,6 +90,19 @@ class Backend:
         return values
 
 
+def own_backend(folder: Path, label: str) -> tuple[Backend, str | None]:
+    """A fresh database for one server (whose batch worker must not meet another's batches):
+    SQLite in `folder`, or a new PostgreSQL database named after `label` when the run is on
+    PostgreSQL (its name is returned, for `pg_drop_database`), and a Redis prefix of its own."""
+    url = os.environ.get("INFERD_DATABASE_URL")
+    redis_url = os.environ.get("INFERD_REDIS_URL") or None
+    prefix = f"inferd:test:{uuid.uuid4().hex[:8]}:"
+    if url and url.startswith("postgres"):
+        name = f"inferd_{label}_{uuid.uuid4().hex[:10]}"
+        return Backend(pg_create_database(url, name), redis_url, prefix), name
+    return Backend(f"sqlite:///{folder / 'inferd.db'}", redis_url, prefix), None
+
+
 # The identity provider of the test servers that take idp tokens (tests/conftest.py `idp_server`).
 IDP_ISSUER = "https://idp.test"
 IDP_AUDIENCE = "inferd"

@@ -9,15 +9,13 @@ import os
 import subprocess
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
 import orjson
 import pytest
 
-from tests.harness import INFERD, Backend, Server, Upstream, auth, clean_env, pg_create_database, \
-    pg_drop_database, write_config
+from tests.harness import INFERD, Server, Upstream, auth, clean_env, own_backend, pg_drop_database, write_config
 
 BATCH_TOML = """
 [batches]
@@ -72,24 +70,13 @@ upstream_model = "mock-hang"
 """
 
 
-def _own_backend(tmp: Path) -> tuple[Backend, str | None]:
-    """A fresh database for one server: SQLite in `tmp`, or a new PostgreSQL database."""
-    url = os.environ.get("INFERD_DATABASE_URL")
-    redis_url = os.environ.get("INFERD_REDIS_URL") or None
-    prefix = f"inferd:test:{uuid.uuid4().hex[:8]}:"
-    if url and url.startswith("postgres"):
-        name = f"inferd_batch_{uuid.uuid4().hex[:10]}"
-        return Backend(pg_create_database(url, name), redis_url, prefix), name
-    return Backend(f"sqlite:///{tmp / 'inferd.db'}", redis_url, prefix), None
-
-
 def serve_batches(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, label: str, window: float,
                   retention: float, batch_worker: bool) -> Iterator[Server]:
     """A server with its own database and a `[batches]` table (a generator: next() starts it, close() ends it)."""
     folder = tmp_path_factory.mktemp(label)
     template = BATCH_TOML.replace("@WINDOW@", str(window)).replace("@RETENTION@", str(retention))
     config = write_config(folder / "inferd.toml", template, upstream)
-    backend, pg_name = _own_backend(folder)
+    backend, pg_name = own_backend(folder, "batch")
     (folder / "data").mkdir()
     server = Server.start(folder / "data", backend, config, batch_worker=batch_worker)
     try:

@@ -4,14 +4,13 @@ and a server running the batch worker for the batch helpers and `inferd batch`."
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Iterator
 
 import pytest
 
 from inferd_client import Client, RetryPolicy
 from tests.client.scripted import ScriptedServer, iter_server
-from tests.harness import Backend, Server, Upstream, pg_create_database, pg_drop_database, write_config
+from tests.harness import Server, Upstream, own_backend, pg_drop_database, write_config
 
 
 @pytest.fixture(scope="module")
@@ -88,21 +87,15 @@ def client_server(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) 
     verifying HS256 idp tokens and serving conversations: the server of the extension routes' tests."""
     folder = tmp_path_factory.mktemp("client-batch")
     config = write_config(folder / "inferd.toml", BATCH_TOML.replace("@SECRET@", IDP_SECRET), upstream)
-    url = os.environ.get("INFERD_DATABASE_URL")
-    prefix = f"inferd:test:{uuid.uuid4().hex[:8]}:"
-    pg_name = f"inferd_client_{uuid.uuid4().hex[:10]}" if url and url.startswith("postgres") else None
-    if url and pg_name:
-        backend = Backend(pg_create_database(url, pg_name), os.environ.get("INFERD_REDIS_URL") or None, prefix)
-    else:
-        backend = Backend(f"sqlite:///{folder / 'inferd.db'}", os.environ.get("INFERD_REDIS_URL") or None, prefix)
+    backend, pg_name = own_backend(folder, "client")
     (folder / "data").mkdir()
     srv = Server.start(folder / "data", backend, config, batch_worker=True)
     try:
         yield srv
     finally:
         srv.stop()
-        if url and pg_name:
-            pg_drop_database(url, pg_name)
+        if pg_name:
+            pg_drop_database(os.environ["INFERD_DATABASE_URL"], pg_name)
 
 
 @pytest.fixture()

@@ -8,7 +8,6 @@ one affinity key for every line."""
 from __future__ import annotations
 
 import os
-import uuid
 from collections import Counter
 from typing import Any, Iterator
 
@@ -16,7 +15,7 @@ import httpx
 import pytest
 
 from tests.batches.conftest import batch_usage, create, wait_for
-from tests.harness import Backend, Server, Upstream, pg_create_database, pg_drop_database
+from tests.harness import Server, Upstream, own_backend, pg_drop_database
 
 MAX_CONCURRENCY = 2
 LINES = 16
@@ -69,22 +68,15 @@ def pacing_server(tmp_path_factory: pytest.TempPathFactory, fakes: dict[str, Ups
     config = folder / "inferd.toml"
     config.write_text(PACING_TOML.format(max_concurrency=MAX_CONCURRENCY, sleep=SLEEP_S,
                                          **{name: fake.url for name, fake in fakes.items()}), encoding="utf-8")
-    url = os.environ.get("INFERD_DATABASE_URL")
-    redis_url = os.environ.get("INFERD_REDIS_URL") or None
-    prefix = f"inferd:test:{uuid.uuid4().hex[:8]}:"
-    pg_name = f"inferd_pacing_{uuid.uuid4().hex[:10]}" if url and url.startswith("postgres") else None
-    if url and pg_name:
-        backend = Backend(pg_create_database(url, pg_name), redis_url, prefix)
-    else:
-        backend = Backend(f"sqlite:///{folder / 'inferd.db'}", redis_url, prefix)
+    backend, pg_name = own_backend(folder, "pacing")
     (folder / "data").mkdir()
     server = Server.start(folder / "data", backend, config, batch_worker=True)
     try:
         yield server
     finally:
         server.stop()
-        if url and pg_name:
-            pg_drop_database(url, pg_name)
+        if pg_name:
+            pg_drop_database(os.environ["INFERD_DATABASE_URL"], pg_name)
 
 
 def peak_in_flight(fake: Upstream) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferd.services.bridging import Bridge, bridges_of, joined
+from inferd.services.bridging import bridges_of, joined
 from inferd.services.retrieval import Passage
 
 
@@ -46,7 +46,6 @@ def test_joined_puts_new_passages_after_the_lead_and_drops_repeats() -> None:
     second = [[passage(2, "text 2."), passage(9, "row 9.")], [passage(9, "row 9."), passage(8, "row 8.")]]
     assert [p.chunk_id for p in joined(first, second)] == [1, 2, 9, 8, 3]
     assert joined(first, []) == first
-    assert Bridge("a", "a b") == Bridge("a", "a b")
 
 
 def test_a_code_is_a_value_not_a_bridge() -> None:

@@ -112,8 +112,9 @@ def bridges_of(question: str, passages: Sequence[Passage], reading: int = 6) -> 
         return []
     sentences: list[tuple[int, str]] = []  # (passage, sentence)
     found_in: Counter[str] = Counter()
+    headed: Counter[str] = Counter()  # question words by the number of passage headings holding them
     for number, passage in enumerate(passages):
-        found_in.update(_words(passage.heading or "") & asked)
+        headed.update(_words(passage.heading or "") & asked)
         body = grounding.body_of(passage)
         for unit in grounding.units_of(body):
             sentence = body[unit.start:unit.end]
@@ -125,7 +126,7 @@ def bridges_of(question: str, passages: Sequence[Passage], reading: int = 6) -> 
     # Transit: Route 38 Timetable") names no bridge: a sentence sharing only it with the question
     # ("Route 38 is operated by Lintford County Transit from the Cable Street depot") is not about
     # what is asked.
-    headed = Counter(word for passage in passages for word in _words(passage.heading or "") & asked)
+    found_in.update(headed)
     subject = {word for word, count in headed.items() if count >= max(2, SUBJECT_SHARE * len(passages))}
     weight = {word: 1.0 / (1 + found_in[word]) for word in asked}
     scored: list[tuple[float, int, str]] = []

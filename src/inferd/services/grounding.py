@@ -214,7 +214,8 @@ async def condense(embed: Embed, question: str, passages: Sequence[Passage], bud
     vectors = await embed([question, *texts])
     cosines = vectors[1:] @ vectors[0] if len(vectors) > 1 else np.zeros(0, np.float32)
     words = {stem(term) for term in query_terms(question)}
-    held = [{stem(term) for term in words_of(text)} & words for text in texts]
+    pieces = [{stem(term) for term in words_of(text)} for text in texts]
+    held = [piece & words for piece in pieces]
     # A question word found in most pieces (the product's name in every one) tells them apart
     # less than a rare one: each word weighs its inverse document frequency among the pieces.
     found_in = Counter(word for found in held for word in found)
@@ -228,7 +229,7 @@ async def condense(embed: Embed, question: str, passages: Sequence[Passage], bud
     names = [name for name in names if name]
     # A piece holds a bridge name in its text or its section's heading ("Recipe 7: Dark lamb stock").
     sections = [{stem(term) for term in query_terms(passage.heading or "")} for passage in passages]
-    stems = [{stem(term) for term in words_of(text)} | sections[flat[i][0]] for i, text in enumerate(texts)]
+    stems = [piece | sections[flat[i][0]] for i, piece in enumerate(pieces)]
 
     def bridge_share(i: int) -> float:
         return max((len(name & stems[i]) / len(name) for name in names), default=0.0)
