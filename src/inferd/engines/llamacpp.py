@@ -1,32 +1,33 @@
 """The `llamacpp` engine: a GGUF model in-process through llama-cpp-python.
 
 The prompt is the GGUF's own chat template (`tokenizer.chat_template`) rendered and tokenized
-here, so `count_tokens` is exactly the prompt that is billed. Generation runs on worker threads,
-one per model instance (`slots`); requests wait their turn in arrival order, and a stream whose
-client leaves stops at the next token.
+here, so `count_tokens` is exactly the prompt that is billed. Generation is continuous batching
+(`llamacpp_batch.Batcher`): up to `slots` requests decode together, each as a sequence of one
+context, joining and leaving at any step; more wait their turn in arrival order, and a stream whose
+client leaves stops at the next step.
 
 Preparing a prompt (template, tokenizer, response-format grammar) runs on threads of its own, never
 on the event loop: a 32 MiB prompt takes seconds to tokenize, and other clients must not wait on it.
-Those threads share the first model instance, which is safe: llama.cpp's tokenizer only reads the
-vocabulary, never the context that a generation on another thread is using.
+Those threads use the model's vocabulary, which is safe: llama.cpp's tokenizer only reads it, never
+the context that the decode thread is using.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import orjson
 
 from inferd.config import ModelConfig
 from inferd.engines.base import TokenCount
 from inferd.engines.chat_template import ChatTemplate, text_only
+from inferd.engines.llamacpp_batch import END, Batcher, Job
 from inferd.engines.llamacpp_output import ToolCallParser, grammar_for, split_tool_calls
 from inferd.engines.weights import QWEN_CODER_05B
 from inferd.errors import ConfigError, InvalidRequest
@@ -44,7 +45,9 @@ DEFAULT_TEMPERATURE = 0.7
 # Prompt threads: enough that a small request never waits for one huge prompt, few enough that a
 # burst of huge ones queues instead of taking every core from generation.
 PROMPT_THREADS = 4
-_END = object()
+# Requests decoding at once: each has its own KV cache of the whole window (12 KiB a token for the
+# built-in model, so 96 MiB per sequence at 8,192 tokens).
+DEFAULT_SLOTS = 8
 
 
 def _option(model: ModelConfig, name: str, kind: type, default: Any) -> Any:
@@ -66,14 +69,6 @@ def _model_path(model: ModelConfig) -> Path:
     if not resolved.is_file():
         raise ConfigError(f"model {model.id!r}: model_path {resolved} does not exist")
     return resolved
-
-
-def _fresh(llama: "Llama", sampling: dict[str, Any]) -> "Llama":
-    """The instance, its cache dropped when a seed asks for a repeatable sample: a prompt whose
-    prefix is reused is evaluated in smaller batches, and the logits differ in the last bits."""
-    if "seed" in sampling:
-        llama.reset()
-    return llama
 
 
 def _tokenize(llama: "Llama", text: bytes, add_bos: bool, limit: int) -> tuple[int, list[int]]:
@@ -109,45 +104,37 @@ class LlamaCppEngine:
         self._id = model.id
         self._n_ctx = _option(model, "n_ctx", int, model.context_length or 8192)
         threads = _option(model, "n_threads", int, os.cpu_count() or 2)
-        slots = _option(model, "slots", int, 1)
-        self._llamas: list[Llama] = [Llama(model_path=str(path), n_ctx=self._n_ctx, n_threads=threads,
-                                           n_threads_batch=threads, verbose=False) for _ in range(slots)]
-        first = self._llamas[0]
-        template = first.metadata.get("tokenizer.chat_template")
+        slots = _option(model, "slots", int, DEFAULT_SLOTS)
+        if slots < 1:
+            raise ConfigError(f"model {model.id!r}: option 'slots' must be at least 1")
+        # The instance holds the weights, the metadata and the vocabulary; its own context is a
+        # token wide and unused. Generation runs in the batcher's context over the same weights.
+        self._llama: Llama = Llama(model_path=str(path), n_ctx=16, n_batch=16, n_threads=1, verbose=False)
+        template = self._llama.metadata.get("tokenizer.chat_template")
         if not template:
+            self._llama.close()
             raise ConfigError(f"model {model.id!r}: {path} carries no tokenizer.chat_template")
-        self._add_bos = first.metadata.get("tokenizer.ggml.add_bos_token") == "true"
-        self._template = ChatTemplate(template, bos_token=self._token_text(first.token_bos()),
-                                      eos_token=self._token_text(first.token_eos()))
-        self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"llamacpp-{model.id}")
+        self._add_bos = self._llama.metadata.get("tokenizer.ggml.add_bos_token") == "true"
+        self._template = ChatTemplate(template, bos_token=self._token_text(self._llama.token_bos()),
+                                      eos_token=self._token_text(self._llama.token_eos()))
+        self._batcher = Batcher(self._llama.model, self._n_ctx, slots, threads, model.id)
         self._prompts = ThreadPoolExecutor(max_workers=PROMPT_THREADS,
                                            thread_name_prefix=f"llamacpp-{model.id}-prompt")
-        self._free: asyncio.Queue[Llama] | None = None
 
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
-        return self._llamas[0].detokenize([token], special=True).decode("utf-8", "replace")
+        return self._llama.detokenize([token], special=True).decode("utf-8", "replace")
 
     def _prompt(self, payload: dict[str, Any], limit: int) -> tuple[int, list[int]]:
         """(prompt tokens, the tokens when they fit `limit`) for a payload; runs on a prompt thread."""
         text = self._template.render({**payload, "messages": text_only(payload.get("messages") or [], self._id)})
-        return _tokenize(self._llamas[0], text.encode("utf-8"), self._add_bos, limit)
+        return _tokenize(self._llama, text.encode("utf-8"), self._add_bos, limit)
 
     def _prepare(self, payload: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
         """The prompt's tokens and the sampling settings (grammar compiled); runs on a prompt thread."""
         count, tokens = self._prompt(payload, self._n_ctx)
         return tokens, self._sampling(payload, count)
-
-    async def _prepared(self, payload: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
-        return await asyncio.get_running_loop().run_in_executor(self._prompts, self._prepare, payload)
-
-    async def _slot(self) -> "Llama":
-        if self._free is None:
-            self._free = asyncio.Queue()
-            for llama in self._llamas:
-                self._free.put_nowait(llama)
-        return await self._free.get()  # FIFO: requests are served in arrival order
 
     def _sampling(self, payload: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
         room = self._n_ctx - prompt_tokens
@@ -171,26 +158,35 @@ class LlamaCppEngine:
             sampling["seed"] = int(payload["seed"])
         return sampling
 
+    async def _generate(self, payload: dict[str, Any]) -> tuple[list[int], Job]:
+        """The prompt's tokens and its job, submitted: results arrive on `job.queue`."""
+        loop = asyncio.get_running_loop()
+        tokens, sampling = await loop.run_in_executor(self._prompts, self._prepare, payload)
+        job = Job(tokens, sampling, loop, asyncio.Queue())
+        self._batcher.submit(job)
+        return tokens, job
+
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One blocking chat completion."""
-        tokens, sampling = await self._prepared(payload)
-        llama = await self._slot()
+        tokens, job = await self._generate(payload)
+        pieces: list[str] = []
         try:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._executor, lambda: _fresh(llama, sampling).create_completion(
-                prompt=tokens, stream=False, **sampling))
+            while (item := await job.queue.get()) is not END:
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, tuple):
+                    finish, completion = item
+                else:
+                    pieces.append(item)
         finally:
-            self._free.put_nowait(llama)  # type: ignore[union-attr]
-        choice = result["choices"][0]
-        text = choice["text"]
-        finish = choice.get("finish_reason") or "stop"
+            self._batcher.cancel(job)  # a no-op once it has ended; frees the sequence if the caller left
+        text = "".join(pieces)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if payload.get("tools"):
             content, calls = split_tool_calls(text, _tool_names(payload))
             if calls:
                 message = {"role": "assistant", "content": content, "tool_calls": calls}
                 finish = "tool_calls"
-        completion = int(result["usage"]["completion_tokens"])
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                 "model": self._id, "choices": [{"index": 0, "message": message, "finish_reason": finish,
                                                 "logprobs": None}],
@@ -199,35 +195,7 @@ class LlamaCppEngine:
 
     async def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[list[bytes]]:
         """Chunks in the OpenAI stream shape; tool calls become tool_calls deltas."""
-        tokens, sampling = await self._prepared(payload)
-        llama = await self._slot()
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        stop = threading.Event()
-
-        def generate() -> None:
-            produced = 0
-            finish = "stop"
-            try:
-                pieces: Iterator[dict[str, Any]] = _fresh(llama, sampling).create_completion(
-                    prompt=tokens, stream=True, **sampling)
-                for piece in pieces:
-                    if stop.is_set():
-                        pieces.close()  # type: ignore[attr-defined]
-                        break
-                    choice = piece["choices"][0]
-                    if choice.get("text"):
-                        produced += 1
-                        loop.call_soon_threadsafe(queue.put_nowait, choice["text"])
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
-                loop.call_soon_threadsafe(queue.put_nowait, (finish, produced))
-            except BaseException as exc:  # surface the failure on the loop side
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
-            finally:
-                loop.call_soon_threadsafe(queue.put_nowait, _END)
-
-        work = loop.run_in_executor(self._executor, generate)
+        tokens, job = await self._generate(payload)
         chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         parser = ToolCallParser(enabled=bool(payload.get("tools")), tool_names=_tool_names(payload))
@@ -237,16 +205,16 @@ class LlamaCppEngine:
                                  "model": self._id, "choices": [{"index": 0, "delta": delta,
                                                                  "finish_reason": finish}]})
 
+        queue = job.queue
         try:
             yield [frame({"role": "assistant", "content": ""})]
             while True:
-                item = await queue.get()
-                items = [item]
+                items = [await queue.get()]
                 while not queue.empty():
                     items.append(queue.get_nowait())
                 out: list[bytes] = []
                 for item in items:
-                    if item is _END:
+                    if item is END:
                         continue
                     if isinstance(item, BaseException):
                         raise item
@@ -264,9 +232,7 @@ class LlamaCppEngine:
                 if out:
                     yield out
         finally:
-            stop.set()
-            await asyncio.shield(work)  # the slot is free only once its thread has let go
-            self._free.put_nowait(llama)  # type: ignore[union-attr]
+            self._batcher.cancel(job)  # the client left: its sequence is free at the next step
 
     async def count_tokens(self, payload: dict[str, Any]) -> TokenCount:
         """Exactly the prompt tokens a completion of this payload bills."""
@@ -275,12 +241,10 @@ class LlamaCppEngine:
         return TokenCount(count, self._n_ctx, exact=True)
 
     async def close(self) -> None:
-        """Free the models."""
+        """Free the model."""
         self._prompts.shutdown(wait=True, cancel_futures=True)
-        self._executor.shutdown(wait=True)
-        for llama in self._llamas:
-            llama.close()
-        self._llamas.clear()
+        await asyncio.get_running_loop().run_in_executor(None, self._batcher.close)
+        self._llama.close()
 
 
 def register(registry: "EngineRegistry") -> None:

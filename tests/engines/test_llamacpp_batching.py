@@ -1,0 +1,77 @@
+"""The built-in chat model decodes several requests together (continuous batching), through the
+running server: requests in flight at once all stream at once, a newcomer starts within a step or
+two of the others instead of after them, and no request sees another's tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from tests.harness import Server, auth
+
+MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+async def _stream(client: httpx.AsyncClient, url: str, content: str, max_tokens: int) -> dict[str, Any]:
+    """One greedy streamed request: when it was sent, its first content, its end, and its text."""
+    body = {"model": MODEL, "stream": True, "temperature": 0, "max_tokens": max_tokens,
+            "stream_options": {"include_usage": True}, "messages": [{"role": "user", "content": content}]}
+    sent = time.monotonic()
+    first = None
+    text = ""
+    usage: dict[str, Any] = {}
+    async with client.stream("POST", url + "/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                first = first or time.monotonic()
+                text += chunk["choices"][0]["delta"]["content"]
+    assert first is not None
+    return {"sent": sent, "first": first, "end": time.monotonic(), "text": text, "usage": usage}
+
+
+def test_requests_in_flight_together_all_stream_at_once(builtin: Server, builtin_key: str) -> None:
+    async def run() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(timeout=120, headers=auth(builtin_key)) as client:
+            return await asyncio.gather(*(_stream(client, builtin.v1, f"Count from {n} to 200, one number per line.", 48)
+                                          for n in (1, 20, 40, 60)))
+
+    results = asyncio.run(run())
+    # Served one after another, the last would start only when the third had finished.
+    assert max(r["first"] for r in results) < min(r["end"] for r in results)
+    assert all(r["usage"]["completion_tokens"] == 48 for r in results)
+
+
+def test_a_newcomer_starts_while_a_long_reply_is_still_generating(builtin: Server, builtin_key: str) -> None:
+    async def run() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with httpx.AsyncClient(timeout=120, headers=auth(builtin_key)) as client:
+            long = asyncio.create_task(_stream(client, builtin.v1, "Count from 1 to 500, one number per line.", 400))
+            await asyncio.sleep(1.5)  # the long reply is streaming by now
+            short = await _stream(client, builtin.v1, "Say hello.", 8)
+            return await long, short
+
+    long, short = asyncio.run(run())
+    assert short["end"] < long["end"]  # not queued behind the 400 tokens
+    assert short["first"] - short["sent"] < 2.0  # a step or two, not the long reply's remaining seconds
+
+
+def test_sequences_in_one_batch_keep_to_their_own_prompt(builtin: Server, builtin_key: str) -> None:
+    words = ["giraffe", "volcano", "saxophone", "lighthouse"]
+
+    async def run() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(timeout=120, headers=auth(builtin_key)) as client:
+            return await asyncio.gather(*(_stream(client, builtin.v1, f"Repeat this word exactly once and nothing "
+                                                  f"else: {w}", 12) for w in words))
+
+    for word, result in zip(words, asyncio.run(run())):
+        text = result["text"].lower()
+        assert word in text, (word, text)
+        assert not any(other in text for other in words if other != word), (word, text)
