@@ -45,9 +45,11 @@ DEFAULT_TEMPERATURE = 0.7
 # Prompt threads: enough that a small request never waits for one huge prompt, few enough that a
 # burst of huge ones queues instead of taking every core from generation.
 PROMPT_THREADS = 4
-# Requests decoding at once: each has its own KV cache of the whole window (12 KiB a token for the
-# built-in model, so 96 MiB per sequence at 8,192 tokens).
+# Requests decoding at once, and the KV cache they share, in context windows: four of the built-in
+# model's 8,192-token windows are 384 MiB (12 KiB a token). A request may use a whole window; when
+# the cache is full even so, the newest request in it fails with 503 (engines/llamacpp_batch.py).
 DEFAULT_SLOTS = 8
+KV_WINDOWS = 4
 
 
 def _option(model: ModelConfig, name: str, kind: type, default: Any) -> Any:
@@ -117,7 +119,8 @@ class LlamaCppEngine:
         self._add_bos = self._llama.metadata.get("tokenizer.ggml.add_bos_token") == "true"
         self._template = ChatTemplate(template, bos_token=self._token_text(self._llama.token_bos()),
                                       eos_token=self._token_text(self._llama.token_eos()))
-        self._batcher = Batcher(self._llama.model, self._n_ctx, slots, threads, model.id)
+        self._batcher = Batcher(self._llama.model, self._n_ctx, self._n_ctx * min(slots, KV_WINDOWS), slots,
+                                threads, model.id)
         self._prompts = ThreadPoolExecutor(max_workers=PROMPT_THREADS,
                                            thread_name_prefix=f"llamacpp-{model.id}-prompt")
 

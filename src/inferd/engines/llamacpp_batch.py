@@ -7,10 +7,13 @@ still being read, decodes it, and samples each sequence's next token with that r
 sampler chain (temperature, top-p, penalties, grammar, seed). A request joins at the next step and
 leaves when it ends or its client goes, so a newcomer waits one step, not for the others to finish.
 
-The KV cache is split per sequence (`kv_unified = False`), each with the model's full window, and
-a sequence keeps its tokens after its request ends: a new request takes the free sequence whose
-cache shares the longest prefix with its prompt and reads only the rest, as the next turn of a
-conversation does.
+The KV cache is one pool of cells shared by the sequences (`kv_unified`): llama.cpp then reads a
+step as one micro-batch whatever sequences it holds (a cache split per sequence reads only runs of
+consecutive sequence ids together, and a prompt chunk apart from the generating tokens), and a
+prefix two sequences share is held once. A sequence keeps its tokens after its request ends, so a
+new request reads only what no sequence holds yet: the next turn of a conversation, or a second
+request with the same system prompt. Every step attends over the cells in use, so idle sequences
+keep at most IDLE_CELLS tokens between them, the least recently used dropped first.
 
 Results go to the request's event loop as lists of items, once per step per loop: text (str), then
 ("stop" | "length", completion tokens) or an exception, then `END`.
@@ -29,13 +32,16 @@ from typing import Any
 import llama_cpp
 
 from inferd.engines.llamacpp_text import StopText
-from inferd.errors import EngineError
+from inferd.errors import EngineError, EngineUnavailable
 
 END = object()
 BATCH_TOKENS = 512
 # While others are generating, a newcomer's prompt is read this many tokens a step, so that their
 # streams pause for a fraction of a second, not for the whole of a long prompt.
 BUSY_PROMPT_CHUNK = 128
+# Cached tokens that idle sequences keep for prefix reuse: enough for a few conversations' next
+# turns, few enough that the attention over them stays a small part of a step.
+IDLE_CELLS = 1024
 
 
 @dataclass(eq=False)
@@ -104,12 +110,12 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 class Batcher:
     """The decode thread and the context it owns."""
 
-    def __init__(self, model: Any, n_ctx: int, sequences: int, threads: int, name: str) -> None:
+    def __init__(self, model: Any, n_ctx: int, cells: int, sequences: int, threads: int, name: str) -> None:
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx * sequences
+        params.n_ctx = cells
         params.n_batch = params.n_ubatch = BATCH_TOKENS
         params.n_seq_max = sequences
-        params.kv_unified = False  # each sequence its own window: one long prompt never evicts another
+        params.kv_unified = True
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
         self._ctx = llama_cpp.llama_init_from_model(model, params)
@@ -125,8 +131,10 @@ class Batcher:
         self._active: list[Job] = []  # in admission order: prompts are read first come, first served
         self._cond = threading.Condition()
         self._closed = False
+        self._full = False  # the cache overflowed: admit no one until a request ends
         self._clock = 0
         self.prompt_tokens_read = 0  # prompt tokens decoded: what prefix reuse saves shows here
+        self.gave_way = 0  # requests sent back to the queue by a full cache
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._out: dict[asyncio.AbstractEventLoop, list[tuple[Job, list[Any]]]] = defaultdict(list)
@@ -140,6 +148,7 @@ class Batcher:
         with self._cond:
             if self._closed:
                 raise EngineError("the model is shutting down")
+            job.todo = list(job.tokens)
             self._waiting.append(job)
             self._cond.notify()
 
@@ -180,31 +189,46 @@ class Batcher:
             self._send()
 
     def _admit(self) -> None:
-        """Give waiting jobs free sequences: the one whose cache shares most of the prompt."""
+        """Give waiting jobs free sequences, each starting from the longest prefix of its prompt
+        that any sequence holds: in place when that sequence is free, else shared from it."""
         for job in [j for j in self._waiting if j.cancelled]:
             self._waiting.remove(job)
             self._finish(job, None)
-        while self._waiting:
+        while self._waiting and not self._full:
             free = [s for s in self._sequences if s.job is None]
             if not free:
                 return
             job = self._waiting.popleft()
-            try:
-                job.sampler = sampler_chain(self._vocab, self._n_vocab, job.sampling)
-            except Exception as exc:
-                self._finish(job, exc if isinstance(exc, EngineError) else EngineError(f"llama.cpp: {exc}"))
-                continue
-            job.text = StopText(job.sampling["stop"])
+            if job.sampler is None:  # else it is back after giving way (_give_way)
+                try:
+                    job.sampler = sampler_chain(self._vocab, self._n_vocab, job.sampling)
+                except Exception as exc:
+                    self._finish(job, exc if isinstance(exc, EngineError) else EngineError(f"llama.cpp: {exc}"))
+                    continue
+                job.text = StopText(job.sampling["stop"])
             # A seeded request reads its whole prompt again: a reused prefix was read in other
             # batches, and its logits would differ in the last bits.
-            fresh = "seed" in job.sampling
-            best = max(free, key=lambda s: (0 if fresh else _common_prefix(s.cached, job.tokens), -s.last_used))
-            keep = 0 if fresh else min(_common_prefix(best.cached, job.tokens), len(job.tokens) - 1)
-            llama_cpp.llama_memory_seq_rm(self._memory, best.seq_id, keep, -1)
-            del best.cached[keep:]
+            fresh = "seed" in job.sampling and not job.produced
+            need = job.todo  # the prompt, or after giving way the prompt and what it generated
+            held = {s.seq_id: 0 if fresh else _common_prefix(s.cached, need) for s in self._sequences}
+            source = max(self._sequences, key=lambda s: (held[s.seq_id], s.job is None))
+            if source.job is not None or not held[source.seq_id]:
+                # An empty sequence if there is one, else the idle one used longest ago.
+                target = min(free, key=lambda s: (bool(s.cached), s.last_used))
+            else:
+                target = source
+            keep = min(held[source.seq_id], len(need) - 1)
+            if target is source:
+                llama_cpp.llama_memory_seq_rm(self._memory, target.seq_id, keep, -1)
+                del target.cached[keep:]
+            else:  # the prefix is another sequence's: share its cells (no copy in a unified cache)
+                llama_cpp.llama_memory_seq_rm(self._memory, target.seq_id, 0, -1)
+                if keep:
+                    llama_cpp.llama_memory_seq_cp(self._memory, source.seq_id, target.seq_id, 0, keep)
+                target.cached = source.cached[:keep]
             self._clock += 1
-            best.job, best.last_used = job, self._clock
-            job.seq, job.todo = best.seq_id, job.tokens[keep:]
+            target.job, target.last_used = job, self._clock
+            job.seq, job.todo = target.seq_id, need[keep:]
             self._active.append(job)
 
     def _step(self) -> None:
@@ -238,6 +262,11 @@ class Batcher:
             budget -= len(chunk)
         batch.n_tokens = n
         code = llama_cpp.llama_decode(self._ctx, batch)  # ctypes lets go of the GIL for this call
+        if code == 1 and self._trim_idle(0):
+            code = llama_cpp.llama_decode(self._ctx, batch)
+        if code == 1:  # no room even with idle sequences emptied: the newest request gives way
+            self._give_way()
+            return
         if code != 0:
             raise EngineError(f"llama_decode failed ({code})")
         for job, count in reading:
@@ -275,6 +304,23 @@ class Batcher:
         else:
             job.pending = token
 
+    def _give_way(self) -> None:
+        """The cache is full: the newest request leaves it and goes back to the head of the queue
+        with everything it has read and generated as the prompt to read again, and no request is
+        admitted until one ends. Its stream pauses; nothing it has sent is lost or repeated."""
+        victim = self._active[-1]
+        if len(self._active) == 1:  # alone and still no room: the cache is smaller than its window
+            self._forget(victim)
+            self._finish(victim, EngineUnavailable("the model's cache cannot hold this request"))
+            return
+        history = self._sequences[victim.seq].cached + ([victim.pending] if victim.pending >= 0 else [])
+        victim.todo, victim.pending = history + victim.todo, -1
+        self._forget(victim)
+        victim.seq = -1
+        self._waiting.appendleft(victim)
+        self._full = True
+        self.gave_way += 1
+
     def _end(self, job: Job, finish: str) -> None:
         rest = job.text.flush()  # type: ignore[union-attr]
         self._release(job)
@@ -285,6 +331,23 @@ class Batcher:
     def _release(self, job: Job) -> None:
         self._active.remove(job)
         self._sequences[job.seq].job = None
+        self._full = False
+        self._trim_idle(IDLE_CELLS)
+
+    def _trim_idle(self, limit: int) -> bool:
+        """Empty the least recently used idle sequences until they hold at most `limit` tokens;
+        True when any was emptied."""
+        idle = sorted((s for s in self._sequences if s.job is None and s.cached), key=lambda s: s.last_used)
+        total = sum(len(s.cached) for s in idle)
+        trimmed = False
+        for sequence in idle:
+            if total <= limit:
+                break
+            total -= len(sequence.cached)
+            llama_cpp.llama_memory_seq_rm(self._memory, sequence.seq_id, 0, -1)
+            sequence.cached = []
+            trimmed = True
+        return trimmed
 
     def _forget(self, job: Job) -> None:
         """After a failed decode: the sequence's cache is no longer known, so empty it."""
