@@ -137,7 +137,10 @@ class LlamaCppEngine:
     def _prepare(self, payload: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
         """The prompt's tokens and the sampling settings (grammar compiled); runs on a prompt thread."""
         count, tokens = self._prompt(payload, self._n_ctx)
-        return tokens, self._sampling(payload, count)
+        sampling = self._sampling(payload, count)
+        if not tokens:  # nothing to read, so no logits to sample from
+            raise InvalidRequest("messages: the prompt renders to no tokens", param="messages")
+        return tokens, sampling
 
     def _sampling(self, payload: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
         room = self._n_ctx - prompt_tokens

@@ -217,7 +217,7 @@ class Batcher:
                 target = min(free, key=lambda s: (bool(s.cached), s.last_used))
             else:
                 target = source
-            keep = min(held[source.seq_id], len(need) - 1)
+            keep = max(0, min(held[source.seq_id], len(need) - 1))  # one token at least is read: its logits
             if target is source:
                 llama_cpp.llama_memory_seq_rm(self._memory, target.seq_id, keep, -1)
                 del target.cached[keep:]
@@ -317,7 +317,8 @@ class Batcher:
         victim.todo, victim.pending = history + victim.todo, -1
         self._forget(victim)
         victim.seq = -1
-        self._waiting.appendleft(victim)
+        with self._cond:
+            self._waiting.appendleft(victim)
         self._full = True
         self.gave_way += 1
 
@@ -330,7 +331,9 @@ class Batcher:
 
     def _release(self, job: Job) -> None:
         self._active.remove(job)
-        self._sequences[job.seq].job = None
+        sequence = self._sequences[job.seq]
+        self._clock += 1
+        sequence.job, sequence.last_used = None, self._clock
         self._full = False
         self._trim_idle(IDLE_CELLS)
 
