@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import time
@@ -77,6 +78,7 @@ from inferd.store.responses import ResponseRepository
 from inferd.store.users import UserRepository
 from inferd.worker.runner import worker_for
 
+GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 log = logging.getLogger("inferd")
 
 
@@ -270,6 +272,15 @@ class InferdApp:
             batch_worker.start()
         purge = start_purge(services.conversations, services.config.conversations)
         retention = services.responses.start_retention()
+        # Everything built so far (modules, the catalogue, engines, SQLAlchemy's tables) lives as long
+        # as the process. Frozen, the cycle collector stops walking it: a full collection went from
+        # about 100 ms (200,000 objects, a pause every request in flight waited out: the p99 at
+        # concurrency 64) to the objects made since. A young collection walks the objects of the
+        # requests in flight whatever the threshold, so collecting ten times less often costs ten
+        # times less; the cyclic garbage of a request waits a little longer to be freed.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         try:
             yield
         finally:
