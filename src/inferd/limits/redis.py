@@ -1,4 +1,5 @@
-"""Limits shared by every replica through Redis (atomic Lua scripts, server time)."""
+"""Limits shared by every replica through Redis (atomic Lua scripts, server time), over the lean
+client of limits/resp.py."""
 
 from __future__ import annotations
 
@@ -6,11 +7,10 @@ import asyncio
 import os
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
 
 from inferd.errors import BudgetExceeded, RateLimited
 from inferd.limits.base import WINDOW_SECONDS, Limits, SpendLoader, current_month
+from inferd.limits.resp import RespClient, Script
 from inferd.store.keys import KeyRecord
 
 # Add to spend counters that exist; a missing counter is loaded from the database on next read.
@@ -61,31 +61,30 @@ _SPEND_TTL_SECONDS = 40 * 86400
 class RedisRateLimiter:
     """Sliding-window requests per minute, exact across replicas."""
 
-    def __init__(self, redis: Redis, prefix: str, window: float = WINDOW_SECONDS) -> None:
+    def __init__(self, redis: RespClient, prefix: str, window: float = WINDOW_SECONDS) -> None:
         self._redis = redis
         self._prefix = prefix + "rpm:"
         self._window_us = int(window * 1_000_000)
-        self._script = redis.register_script(_ADMIT_SCRIPT)
+        self._script = Script(redis, _ADMIT_SCRIPT)
 
     async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
         """Count `units` requests; None when admitted, else seconds until enough slots free."""
-        wait_us, _ = await self._script(keys=[self._prefix + key, ""],
-                                        args=[self._window_us, limit, os.urandom(8).hex(), units])
+        wait_us, _ = await self._script([self._prefix + key, ""], [self._window_us, limit, os.urandom(8).hex(), units])
         return None if int(wait_us) < 0 else max(1, -(-int(wait_us) // 1_000_000))
 
     async def close(self) -> None:
         """Close the connection pool."""
-        await self._redis.aclose()
+        await self._redis.close()
 
 
 class RedisSpendCounter:
     """Monthly spend per key as a Redis float, seeded from the database when missing."""
 
-    def __init__(self, redis: Redis, prefix: str, loader: SpendLoader) -> None:
+    def __init__(self, redis: RespClient, prefix: str, loader: SpendLoader) -> None:
         self._redis = redis
         self._prefix = prefix + "spend:"
         self._load = loader
-        self._add = redis.register_script(_ADD_SCRIPT)
+        self._add = Script(redis, _ADD_SCRIPT)
 
     def key_name(self, key: str, month: str) -> str:
         """The Redis key holding one key's spend for one month."""
@@ -95,11 +94,11 @@ class RedisSpendCounter:
         """Spend so far this month."""
         month = current_month()
         name = self.key_name(key, month)
-        value = await self._redis.get(name)
+        value = await self._redis.execute("GET", name)
         if value is None:
             loaded = await self._load(key, month)
-            await self._redis.set(name, repr(loaded), nx=True, ex=_SPEND_TTL_SECONDS)
-            value = await self._redis.get(name)
+            await self._redis.execute("SET", name, repr(loaded), "NX", "EX", _SPEND_TTL_SECONDS)
+            value = await self._redis.execute("GET", name)
         return float(value)
 
     async def add(self, amounts: dict[tuple[str, str], float]) -> None:
@@ -107,7 +106,7 @@ class RedisSpendCounter:
         if not amounts:
             return
         names = [self.key_name(key, month) for key, month in amounts]
-        await self._add(keys=names, args=[repr(cost) for cost in amounts.values()])
+        await self._add(names, [repr(cost) for cost in amounts.values()])
 
     async def close(self) -> None:
         """Nothing beyond the shared client (closed by the rate limiter)."""
@@ -122,9 +121,8 @@ class _Admissions:
     as before. Each check stays one atomic script run in Redis, so limits are exactly as strict
     as one call per request; only the trips are shared."""
 
-    def __init__(self, redis: Redis) -> None:
-        self._redis = redis
-        self._script = redis.register_script(_ADMIT_SCRIPT)
+    def __init__(self, redis: RespClient) -> None:
+        self._script = Script(redis, _ADMIT_SCRIPT)
         self._queue: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
         self._busy = False
         self._drainer: asyncio.Task[None] | None = None  # kept: the loop holds tasks only weakly
@@ -137,7 +135,7 @@ class _Admissions:
             return await future
         self._busy = True
         try:
-            return await self._script(keys=keys, args=args)
+            return await self._script(keys, args)
         finally:
             self._next()
 
@@ -152,7 +150,7 @@ class _Admissions:
             while self._queue:
                 batch, self._queue = self._queue, []
                 try:
-                    replies = await self._pipelined([(keys, args) for keys, args, _ in batch])
+                    replies = await self._script.many([(keys, args) for keys, args, _ in batch])
                 except Exception as exc:  # Redis down: every check of the batch fails as a lone one would
                     for _, _, future in batch:
                         if not future.done():
@@ -168,25 +166,11 @@ class _Admissions:
         finally:
             self._busy = False
 
-    async def _pipelined(self, checks: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Every check by EVALSHA in one pipeline (the script is loaded again if Redis lost it)."""
-        sha = self._script.sha
-        for attempt in range(2):
-            pipe = self._redis.pipeline(transaction=False)
-            for keys, args in checks:
-                pipe.evalsha(sha, len(keys), *keys, *args)
-            replies = await pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(reply, NoScriptError) for reply in replies):
-                self._script.sha = sha = await self._redis.script_load(_ADMIT_SCRIPT)
-                continue
-            return list(replies)
-        raise RuntimeError("unreachable")
-
 
 class RedisLimits(Limits):
     """The corridor's two checks against Redis in one round trip per request."""
 
-    def __init__(self, redis: Redis, prefix: str, loader: SpendLoader, window: float = WINDOW_SECONDS) -> None:
+    def __init__(self, redis: RespClient, prefix: str, loader: SpendLoader, window: float = WINDOW_SECONDS) -> None:
         self._spend = RedisSpendCounter(redis, prefix, loader)
         super().__init__(RedisRateLimiter(redis, prefix, window), self._spend)
         self._rate_prefix = prefix + "rpm:"

@@ -1,0 +1,94 @@
+"""The limits' lean Redis client (limits/resp.py) against the real Redis: replies of every type,
+many commands in flight on one connection, replies split across reads, error replies, scripts
+Redis has forgotten, and a connection the server dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+
+from inferd.limits.resp import RedisReplyError, RespClient, Script
+from tests.harness import Backend
+
+
+@pytest.fixture
+def url(backend: Backend) -> str:
+    if not backend.redis_url:
+        pytest.skip("in-process limits: no Redis in this run")
+    return backend.redis_url
+
+
+def run(url: str, body: Any) -> Any:
+    async def main() -> Any:
+        client = RespClient(url)
+        try:
+            return await body(client, "resp-test:" + os.urandom(6).hex() + ":")
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
+
+
+def test_replies_of_every_type(url: str) -> None:
+    async def body(client: RespClient, ns: str) -> list[Any]:
+        return [
+            await client.execute("SET", ns + "a", "héllo", "EX", 60),
+            await client.execute("GET", ns + "a"),
+            await client.execute("GET", ns + "missing"),
+            await client.execute("INCRBY", ns + "n", 41),
+            await client.execute("EVAL", "return {1, {2, 'x'}, false, redis.call('GET', KEYS[1])}", 1, ns + "a"),
+        ]
+
+    assert run(url, body) == ["OK", "héllo".encode(), None, 41, [1, [2, b"x"], None, "héllo".encode()]]
+
+
+def test_many_commands_in_flight_get_their_own_replies(url: str) -> None:
+    async def body(client: RespClient, ns: str) -> tuple[list[Any], list[Any]]:
+        big = os.urandom(1 << 20)  # arrives in many reads
+        singles = await asyncio.gather(*(client.execute("ECHO", f"n{i}") for i in range(300)),
+                                       client.execute("SET", ns + "big", big, "EX", 60))
+        piped = await client.pipeline([("GET", ns + "big"), ("LPUSH", ns + "list", "x"), ("GET", ns + "big")])
+        return singles, [piped[0] == big, piped[1], piped[2] == big]
+
+    singles, piped = run(url, body)
+    assert singles == [f"n{i}".encode() for i in range(300)] + ["OK"]
+    assert piped == [True, 1, True]
+
+
+def test_an_error_reply_is_raised_alone_and_returned_in_a_pipeline(url: str) -> None:
+    async def body(client: RespClient, ns: str) -> list[Any]:
+        await client.execute("SET", ns + "s", "text", "EX", 60)
+        with pytest.raises(RedisReplyError, match="WRONGTYPE"):
+            await client.execute("LPUSH", ns + "s", "x")
+        return await client.pipeline([("INCR", ns + "s"), ("GET", ns + "s")])
+
+    error, value = run(url, body)
+    assert isinstance(error, RedisReplyError) and value == b"text"
+
+
+def test_a_forgotten_script_is_loaded_again(url: str) -> None:
+    async def body(client: RespClient, ns: str) -> list[Any]:
+        script = Script(client, "return redis.call('INCRBY', KEYS[1], ARGV[1])")
+        first = await script([ns + "c"], [2])
+        await client.execute("SCRIPT", "FLUSH")
+        return [first, await script([ns + "c"], [3]), await script.many([([ns + "c"], [1]), ([ns + "c"], [1])])]
+
+    assert run(url, body) == [2, 5, [6, 7]]
+
+
+def test_a_connection_the_server_dropped_is_opened_again(url: str) -> None:
+    async def body(client: RespClient, ns: str) -> list[Any]:
+        mine = await client.execute("CLIENT", "ID")
+        killer = RespClient(url)
+        try:
+            assert await killer.execute("CLIENT", "KILL", "ID", mine) == 1
+        finally:
+            await killer.close()
+        await asyncio.sleep(0.05)  # the close reaches this side
+        return [mine, await client.execute("CLIENT", "ID"), await client.execute("PING")]
+
+    before, after, pong = run(url, body)
+    assert after != before and pong == "PONG"
