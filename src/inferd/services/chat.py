@@ -22,7 +22,6 @@ from inferd.store.keys import KeyRecord
 
 CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
 # Deltas that carry no token: the opening role chunk and the closing finish chunk.
-_EMPTY_DELTAS = (b'"content":""', b'"content": ""', b'"delta":{}', b'"delta": {}')
 
 
 @dataclass(slots=True)
@@ -222,24 +221,34 @@ class _StreamRelay:
             old, new = orjson.dumps(upstream_name), orjson.dumps(lease.model.id)
             self._rename = ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))
 
-    def _transform(self, data: bytes) -> bytes:
-        if self._chunk_head is None:
-            try:
-                first = orjson.loads(data)
-                self._chunk_head = {"id": first.get("id"), "created": first.get("created")}
-            except (orjson.JSONDecodeError, AttributeError):
-                self._chunk_head = {}
-        for old, new in self._rename:
-            if old in data:
-                data = data.replace(old, new)
-                break
+    def _head(self, first: bytes) -> None:
+        try:
+            chunk = orjson.loads(first)
+            self._chunk_head = {"id": chunk.get("id"), "created": chunk.get("created")}
+        except (orjson.JSONDecodeError, AttributeError):
+            self._chunk_head = {}
+
+    def _note_usage(self, data: bytes) -> None:
         if b'"usage"' in data and b'"usage":null' not in data and b'"usage": null' not in data:
             try:
                 self._usage = _usage_numbers(orjson.loads(data).get("usage")) or self._usage
             except (orjson.JSONDecodeError, AttributeError):
                 pass
-        if b'"delta"' in data and not any(empty in data for empty in _EMPTY_DELTAS):
-            self._deltas += 1  # about one token per delta, should the upstream report no usage
+
+    def _transform(self, data: bytes) -> bytes:
+        """One event as the client gets it (the model renamed, reasoning exposed), noting usage and
+        deltas on the way."""
+        if self._chunk_head is None:
+            self._head(data)
+        for old, new in self._rename:
+            if old in data:
+                data = data.replace(old, new)
+                break
+        self._note_usage(data)
+        # About one token per delta, should the upstream report no usage.
+        if (b'"delta"' in data and b'"content":""' not in data and b'"content": ""' not in data
+                and b'"delta":{}' not in data and b'"delta": {}' not in data):
+            self._deltas += 1
         if b'"reasoning_content"' in data:
             try:
                 chunk = orjson.loads(data)
@@ -250,6 +259,25 @@ class _StreamRelay:
             except (orjson.JSONDecodeError, AttributeError):
                 pass
         return data
+
+    def _sse(self, batch: list[bytes]) -> bytes:
+        """A batch of events as SSE frames, as `_transform` makes them, but each check run once over
+        the whole batch: most of a stream's events arrive together, and a scan of the batch costs
+        about what one scan of an event does (event by event was a tenth of a busy relay)."""
+        if self._chunk_head is None:
+            self._head(batch[0])
+        body = b"data: " + b"\n\ndata: ".join(batch) + b"\n\n"
+        if b'"reasoning_content"' in body:
+            return b"".join([b"data: " + self._transform(data) + b"\n\n" for data in batch])
+        for old, new in self._rename:
+            body = body.replace(old, new)
+        if b'"usage"' in body:
+            for data in batch:
+                self._note_usage(data)
+        # Deltas less the empty ones (an event holds one delta and at most one empty form).
+        self._deltas += (body.count(b'"delta"') - body.count(b'"content":""') - body.count(b'"content": ""')
+                         - body.count(b'"delta":{}') - body.count(b'"delta": {}'))
+        return body
 
     async def _meter(self, lease: StreamLease, status: int) -> None:
         if self._usage is None:
@@ -294,13 +322,14 @@ class _StreamRelay:
         lease = self._lease = await self._service.open_stream(self._call)
         self._renaming(lease)
         transform = self._transform
+        sse_frames = self._sse
         metered = False
         try:
             try:
                 batch = lease.first
                 while True:
                     if sse:
-                        yield b"".join([b"data: " + transform(data) + b"\n\n" for data in batch])
+                        yield sse_frames(batch)
                     else:
                         yield [transform(data) for data in batch]
                     try:
