@@ -54,7 +54,7 @@ from inferd.errors import InferdError, InvalidRequest, MethodNotAllowed, NotFoun
 from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
 from inferd.limits.redis import RedisLimits
-from inferd.limits.resp import RespClient
+from inferd.limits.resp import connect as connect_redis
 from inferd.metering import UsageWriter, load_spend, usage_sink
 from inferd.observe.logs import AccessLog, configure_logging
 from inferd.observe.metrics import Metrics, worker_exited
@@ -135,7 +135,7 @@ async def build_services(settings: Settings) -> Services:
     hot = HotSqlite(db.url.database) if db.dialect.name == "sqlite" and db.url.database else None
     loader = partial(load_spend, db, hot=hot)
     if settings.redis_url:
-        redis = RespClient(settings.redis_url)
+        redis = connect_redis(settings.redis_url)
         limits: Limits = RedisLimits(redis, settings.redis_prefix, loader)
     else:
         limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))

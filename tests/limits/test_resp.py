@@ -1,6 +1,7 @@
-"""The limits' lean Redis client (limits/resp.py) against the real Redis: replies of every type,
-many commands in flight on one connection, replies split across reads, error replies, scripts
-Redis has forgotten, and a connection the server dropped."""
+"""The limits' Redis clients (limits/resp.py) against the real Redis: replies of every type, many
+commands in flight on one connection, replies split across reads, error replies, scripts Redis has
+forgotten, and a connection the server dropped. The lean client speaks redis://; the redis-py
+one, for TLS and Unix-socket URLs, must answer the limits the same way."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from inferd.limits.resp import RedisReplyError, RespClient, Script
+from inferd.limits.resp import Client, RedisPyClient, RedisReplyError, RespClient, Script, connect
 from tests.harness import Backend
 
 
@@ -21,9 +22,14 @@ def url(backend: Backend) -> str:
     return backend.redis_url
 
 
-def run(url: str, body: Any) -> Any:
+@pytest.fixture(params=["lean", "redis-py"])
+def make(request: pytest.FixtureRequest) -> Any:
+    return RespClient if request.param == "lean" else RedisPyClient
+
+
+def run(url: str, body: Any, make: Any = RespClient) -> Any:
     async def main() -> Any:
-        client = RespClient(url)
+        client = make(url)
         try:
             return await body(client, "resp-test:" + os.urandom(6).hex() + ":")
         finally:
@@ -58,25 +64,25 @@ def test_many_commands_in_flight_get_their_own_replies(url: str) -> None:
     assert piped == [True, 1, True]
 
 
-def test_an_error_reply_is_raised_alone_and_returned_in_a_pipeline(url: str) -> None:
-    async def body(client: RespClient, ns: str) -> list[Any]:
+def test_an_error_reply_is_raised_alone_and_returned_in_a_pipeline(url: str, make: Any) -> None:
+    async def body(client: Client, ns: str) -> list[Any]:
         await client.execute("SET", ns + "s", "text", "EX", 60)
         with pytest.raises(RedisReplyError, match="WRONGTYPE"):
             await client.execute("LPUSH", ns + "s", "x")
         return await client.pipeline([("INCR", ns + "s"), ("GET", ns + "s")])
 
-    error, value = run(url, body)
+    error, value = run(url, body, make)
     assert isinstance(error, RedisReplyError) and value == b"text"
 
 
-def test_a_forgotten_script_is_loaded_again(url: str) -> None:
-    async def body(client: RespClient, ns: str) -> list[Any]:
+def test_a_forgotten_script_is_loaded_again(url: str, make: Any) -> None:
+    async def body(client: Client, ns: str) -> list[Any]:
         script = Script(client, "return redis.call('INCRBY', KEYS[1], ARGV[1])")
         first = await script([ns + "c"], [2])
         await client.execute("SCRIPT", "FLUSH")
         return [first, await script([ns + "c"], [3]), await script.many([([ns + "c"], [1]), ([ns + "c"], [1])])]
 
-    assert run(url, body) == [2, 5, [6, 7]]
+    assert run(url, body, make) == [2, 5, [6, 7]]
 
 
 def test_a_connection_the_server_dropped_is_opened_again(url: str) -> None:
@@ -92,3 +98,9 @@ def test_a_connection_the_server_dropped_is_opened_again(url: str) -> None:
 
     before, after, pong = run(url, body)
     assert after != before and pong == "PONG"
+
+
+def test_each_url_gets_its_client(url: str) -> None:
+    assert isinstance(connect(url), RespClient)
+    assert isinstance(connect("rediss://127.0.0.1:6380/0"), RedisPyClient)
+    assert isinstance(connect("unix:///run/redis/redis.sock?db=1"), RedisPyClient)

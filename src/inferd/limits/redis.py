@@ -10,7 +10,7 @@ from typing import Any
 
 from inferd.errors import BudgetExceeded, RateLimited
 from inferd.limits.base import WINDOW_SECONDS, Limits, SpendLoader, current_month
-from inferd.limits.resp import RespClient, Script
+from inferd.limits.resp import Client, Script
 from inferd.store.keys import KeyRecord
 
 # Add to spend counters that exist; a missing counter is loaded from the database on next read.
@@ -61,7 +61,7 @@ _SPEND_TTL_SECONDS = 40 * 86400
 class RedisRateLimiter:
     """Sliding-window requests per minute, exact across replicas."""
 
-    def __init__(self, redis: RespClient, prefix: str, window: float = WINDOW_SECONDS) -> None:
+    def __init__(self, redis: Client, prefix: str, window: float = WINDOW_SECONDS) -> None:
         self._redis = redis
         self._prefix = prefix + "rpm:"
         self._window_us = int(window * 1_000_000)
@@ -80,7 +80,7 @@ class RedisRateLimiter:
 class RedisSpendCounter:
     """Monthly spend per key as a Redis float, seeded from the database when missing."""
 
-    def __init__(self, redis: RespClient, prefix: str, loader: SpendLoader) -> None:
+    def __init__(self, redis: Client, prefix: str, loader: SpendLoader) -> None:
         self._redis = redis
         self._prefix = prefix + "spend:"
         self._load = loader
@@ -121,7 +121,7 @@ class _Admissions:
     as before. Each check stays one atomic script run in Redis, so limits are exactly as strict
     as one call per request; only the trips are shared."""
 
-    def __init__(self, redis: RespClient) -> None:
+    def __init__(self, redis: Client) -> None:
         self._script = Script(redis, _ADMIT_SCRIPT)
         self._queue: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
         self._busy = False
@@ -170,7 +170,7 @@ class _Admissions:
 class RedisLimits(Limits):
     """The corridor's two checks against Redis in one round trip per request."""
 
-    def __init__(self, redis: RespClient, prefix: str, loader: SpendLoader, window: float = WINDOW_SECONDS) -> None:
+    def __init__(self, redis: Client, prefix: str, loader: SpendLoader, window: float = WINDOW_SECONDS) -> None:
         self._spend = RedisSpendCounter(redis, prefix, loader)
         super().__init__(RedisRateLimiter(redis, prefix, window), self._spend)
         self._rate_prefix = prefix + "rpm:"

@@ -9,6 +9,9 @@ work in a fraction of that. It knows only what the limits need: commands as argu
 EVALSHA scripts that are loaded again when Redis has lost them, and a reconnect when the
 connection dropped while idle. A command whose connection drops after it was written fails (it
 may have run: an admission is never sent twice).
+
+It speaks plain `redis://` over TCP. Other URLs (`rediss://` with TLS, `unix://` sockets) go
+through redis-py behind the same three methods (`connect`).
 """
 
 from __future__ import annotations
@@ -128,8 +131,8 @@ class RespClient:
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
-        if parts.scheme not in ("redis", ""):
-            raise ValueError(f"unsupported Redis URL scheme {parts.scheme!r} (redis:// only)")
+        if parts.scheme != "redis":
+            raise ValueError(f"RespClient speaks redis:// only, not {parts.scheme}:// (use connect())")
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 6379
         self._db = int(parts.path.lstrip("/") or 0)
@@ -190,10 +193,50 @@ class RespClient:
         self._replies = None
 
 
+class RedisPyClient:
+    """`RespClient`'s methods over redis-py, for the URLs it does not speak (TLS, Unix sockets)."""
+
+    def __init__(self, url: str) -> None:
+        from redis.asyncio import Redis
+
+        self._redis = Redis.from_url(url)
+
+    async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
+        """Every command's reply, in order, error replies as RedisReplyError values."""
+        from redis.exceptions import NoScriptError as RedisPyNoScript
+        from redis.exceptions import ResponseError
+
+        pipe = self._redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = await pipe.execute(raise_on_error=False)
+        return [NoScriptError(str(r)) if isinstance(r, RedisPyNoScript) else
+                RedisReplyError(str(r)) if isinstance(r, ResponseError) else r for r in replies]
+
+    async def execute(self, *command: Any) -> Any:
+        """One command's reply; an error reply is raised."""
+        (reply,) = await self.pipeline([command])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._redis.aclose()
+
+
+Client = RespClient | RedisPyClient
+
+
+def connect(url: str) -> Client:
+    """The client for a Redis URL: the lean one for `redis://`, redis-py for the others."""
+    return RespClient(url) if urlsplit(url).scheme == "redis" else RedisPyClient(url)
+
+
 class Script:
     """A Lua script run by EVALSHA, loaded again (once) when Redis no longer holds it."""
 
-    def __init__(self, client: RespClient, source: str) -> None:
+    def __init__(self, client: Client, source: str) -> None:
         self._client = client
         self._source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
