@@ -111,3 +111,15 @@ def test_serve_help_names_the_limits_an_operator_sets() -> None:
     assert result.returncode == 0
     for needle in ("32 MiB", "64 KiB", "1 MiB", "75 MiB", "body_timeout_s", "max_duration_s", "extract_timeout_s", "2048", "--rpm"):
         assert needle in result.stdout, needle
+
+
+def test_a_key_update_from_another_process_holds_on_the_next_request(server: Server) -> None:
+    # The server keeps found keys (on SQLite while no other connection has committed, on
+    # PostgreSQL until a NOTIFY): a change made by the CLI must still count on the next request.
+    key = server.create_key()
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=BODY).status_code == 200
+    updated = inferd(server, "keys", "update", key.split(":")[0], "--rpm", "1")
+    assert updated.returncode == 0, updated.stderr
+    statuses = [httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=BODY).status_code
+                for _ in range(2)]
+    assert statuses == [200, 429]
