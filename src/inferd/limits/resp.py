@@ -126,7 +126,26 @@ class _Replies(asyncio.Protocol):
                 waiter.set_exception(error)
 
 
-class RespClient:
+def _raised(reply: Any) -> Any:
+    """A reply, or the error it is, raised."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+class _Commands:
+    """`execute` over a client's `pipeline`."""
+
+    async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
+        raise NotImplementedError
+
+    async def execute(self, *command: Any) -> Any:
+        """One command's reply; an error reply is raised."""
+        (reply,) = await self.pipeline([command])
+        return _raised(reply)
+
+
+class RespClient(_Commands):
     """Commands over one connection to the Redis of a `redis://[user:password@]host[:port][/db]` URL."""
 
     def __init__(self, url: str) -> None:
@@ -179,13 +198,6 @@ class RespClient:
         """Every command's reply, in order, error replies as RedisReplyError values."""
         return await self._send(await self._connected(), commands)
 
-    async def execute(self, *command: Any) -> Any:
-        """One command's reply; an error reply is raised."""
-        (reply,) = await self.pipeline([command])
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
-
     async def close(self) -> None:
         """Close the connection."""
         if self._replies is not None and self._replies.transport is not None:
@@ -193,7 +205,7 @@ class RespClient:
         self._replies = None
 
 
-class RedisPyClient:
+class RedisPyClient(_Commands):
     """`RespClient`'s methods over redis-py, for the URLs it does not speak (TLS, Unix sockets)."""
 
     def __init__(self, url: str) -> None:
@@ -212,13 +224,6 @@ class RedisPyClient:
         replies = await pipe.execute(raise_on_error=False)
         return [NoScriptError(str(r)) if isinstance(r, RedisPyNoScript) else
                 RedisReplyError(str(r)) if isinstance(r, ResponseError) else r for r in replies]
-
-    async def execute(self, *command: Any) -> Any:
-        """One command's reply; an error reply is raised."""
-        (reply,) = await self.pipeline([command])
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
 
     async def close(self) -> None:
         """Close the connection pool."""
@@ -243,9 +248,7 @@ class Script:
 
     async def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         (reply,) = await self.many([(keys, args)])
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
+        return _raised(reply)
 
     async def many(self, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
         """Every call's reply (error replies as values), sent together."""

@@ -235,20 +235,27 @@ class _StreamRelay:
             except (orjson.JSONDecodeError, AttributeError):
                 pass
 
-    def _transform(self, data: bytes) -> bytes:
-        """One event as the client gets it (the model renamed, reasoning exposed), noting usage and
-        deltas on the way."""
+    def _note(self, scanned: bytes, batch: list[bytes]) -> None:
+        """Take what the meter needs from a batch of events (`scanned` is them joined): the first
+        chunk's id, the usage when one carries it, and the deltas, about one token each should the
+        upstream report no usage. Each check runs once over the batch (most of a stream's events
+        arrive together): event by event they were a tenth of a busy relay."""
         if self._chunk_head is None:
-            self._head(data)
+            self._head(batch[0])
+        if b'"usage"' in scanned:
+            for data in batch:
+                self._note_usage(data)
+        # Deltas less the empty ones (an event holds one delta and at most one empty form).
+        self._deltas += (scanned.count(b'"delta"') - scanned.count(b'"content":""')
+                         - scanned.count(b'"content": ""') - scanned.count(b'"delta":{}')
+                         - scanned.count(b'"delta": {}'))
+
+    def _event(self, data: bytes) -> bytes:
+        """One event as the client gets it: the model renamed, reasoning exposed."""
         for old, new in self._rename:
             if old in data:
                 data = data.replace(old, new)
                 break
-        self._note_usage(data)
-        # About one token per delta, should the upstream report no usage.
-        if (b'"delta"' in data and b'"content":""' not in data and b'"content": ""' not in data
-                and b'"delta":{}' not in data and b'"delta": {}' not in data):
-            self._deltas += 1
         if b'"reasoning_content"' in data:
             try:
                 chunk = orjson.loads(data)
@@ -261,23 +268,19 @@ class _StreamRelay:
         return data
 
     def _sse(self, batch: list[bytes]) -> bytes:
-        """A batch of events as SSE frames, as `_transform` makes them, but each check run once over
-        the whole batch: most of a stream's events arrive together, and a scan of the batch costs
-        about what one scan of an event does (event by event was a tenth of a busy relay)."""
-        if self._chunk_head is None:
-            self._head(batch[0])
+        """A batch of events as SSE frames."""
         body = b"data: " + b"\n\ndata: ".join(batch) + b"\n\n"
+        self._note(body, batch)
         if b'"reasoning_content"' in body:
-            return b"".join([b"data: " + self._transform(data) + b"\n\n" for data in batch])
+            return b"".join([b"data: " + self._event(data) + b"\n\n" for data in batch])
         for old, new in self._rename:
             body = body.replace(old, new)
-        if b'"usage"' in body:
-            for data in batch:
-                self._note_usage(data)
-        # Deltas less the empty ones (an event holds one delta and at most one empty form).
-        self._deltas += (body.count(b'"delta"') - body.count(b'"content":""') - body.count(b'"content": ""')
-                         - body.count(b'"delta":{}') - body.count(b'"delta": {}'))
         return body
+
+    def _events(self, batch: list[bytes]) -> list[bytes]:
+        """A batch of events as the chunks' JSON bytes."""
+        self._note(batch[0] if len(batch) == 1 else b"\n".join(batch), batch)
+        return [self._event(data) for data in batch]
 
     async def _meter(self, lease: StreamLease, status: int) -> None:
         if self._usage is None:
@@ -321,17 +324,13 @@ class _StreamRelay:
         generator hop per batch): SSE bytes when `sse`, else lists of chunk JSON bytes."""
         lease = self._lease = await self._service.open_stream(self._call)
         self._renaming(lease)
-        transform = self._transform
-        sse_frames = self._sse
+        shape = self._sse if sse else self._events
         metered = False
         try:
             try:
                 batch = lease.first
                 while True:
-                    if sse:
-                        yield sse_frames(batch)
-                    else:
-                        yield [transform(data) for data in batch]
+                    yield shape(batch)
                     try:
                         batch = await lease.events.__anext__()
                     except StopAsyncIteration:
