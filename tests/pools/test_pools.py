@@ -162,11 +162,14 @@ def test_back_pressure_waits_in_line_then_answers_503_without_a_usage_row(pool_s
 
 
 def _load(server: Server, key: str, model: str, seconds: float, workers: int,
-          at: float, action: Any) -> tuple[int, list[str]]:
+          at: float, action: Any) -> tuple[int, list[str], list[str]]:
     """`workers` threads calling `model` (blocking and streamed in turn) for `seconds`; `action`
-    runs once `at` seconds in. Returns (calls, errors)."""
+    runs once `at` seconds in. Returns (calls, errors, broken): `broken` holds the streams that
+    started and then ended in the spec's error frame (a deployment dying mid-stream), `errors`
+    every other failure."""
     stop = time.monotonic() + seconds
     errors: list[str] = []
+    broken: list[str] = []
     calls = [0]
     lock = threading.Lock()
 
@@ -175,16 +178,18 @@ def _load(server: Server, key: str, model: str, seconds: float, workers: int,
         with httpx.Client(timeout=30) as client:
             while time.monotonic() < stop:
                 payload = {"model": model, "messages": HELLO, "stream": stream}
+                late = False
                 try:
                     reply = client.post(server.v1 + "/chat/completions", headers=auth(key), json=payload)
                     ok = reply.status_code == 200 and (not stream or reply.text.endswith("data: [DONE]\n\n"))
-                    problem = None if ok else f"{reply.status_code} {reply.text[:200]}"
+                    late = not ok and stream and reply.status_code == 200 and _ends_in_error_frame(reply.text)
+                    problem = None if ok else f"{reply.status_code} {reply.text[-300:]}"
                 except httpx.HTTPError as exc:
                     problem = repr(exc)
                 with lock:
                     calls[0] += 1
                     if problem:
-                        errors.append(problem)
+                        (broken if late else errors).append(problem)
                 stream = not stream
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(workers)]
@@ -194,22 +199,38 @@ def _load(server: Server, key: str, model: str, seconds: float, workers: int,
     action()
     for thread in threads:
         thread.join()
-    return calls[0], errors
+    return calls[0], errors, broken
+
+
+def _ends_in_error_frame(text: str) -> bool:
+    """Whether an SSE body's last frame is `data: {"error": {...}}` (after at least one chunk)."""
+    frames = [f for f in text.split("\n\n") if f]
+    if len(frames) < 2 or not frames[-1].startswith("data: "):
+        return False
+    last = orjson.loads(frames[-1][6:])
+    return isinstance(last.get("error"), dict) and {"message", "type", "code"} <= set(last["error"])
 
 
 def test_a_deployment_killed_under_load_costs_no_client_an_error_and_comes_back(
         pool_server: Server, fleet: Fleet) -> None:
     key = new_key(pool_server)
     log_start = len(pool_server.log().splitlines())
-    calls, errors = _load(pool_server, key, "fleet", seconds=6, workers=12, at=2, action=lambda: fleet.kill("k2"))
+    calls, errors, broken = _load(pool_server, key, "fleet", seconds=6, workers=12, at=2,
+                                  action=lambda: fleet.kill("k2"))
     assert errors == [] and calls > 100, (calls, errors[:5])
+    # A stream whose first chunk had reached its client when the kill landed cannot move
+    # (CONTRACT.md decision 17): it ends in its error frame. Only the streams in flight on the
+    # killed deployment can (6 stream workers, a third of them there at most, usually none).
+    assert len(broken) <= 6, broken
     failed = [line for line in pool_server.log().splitlines()[log_start:]
               if "deployment fleet-2 of model fleet failed" in line]
     # After the kill, a few attempts find it dead (the calls in flight, then a probe call when a
     # cooldown runs out, unless the health probe keeps it cooling): far fewer than the calls.
     assert 1 <= len(failed) <= calls / 20, (len(failed), calls)
     rows = pool_server.usage_rows(key)
-    assert len(rows) == calls and all(r["status_code"] == 200 for r in rows)
+    assert len(rows) == calls, (len(rows), calls)
+    cut = [r for r in rows if r["status_code"] != 200]
+    assert len(cut) == len(broken) and all(r["deployment"] == "fleet-2" for r in cut), cut
     # Restarted on its port, the health probe (every 0.3 s) brings it back without restarting inferd.
     fleet.restart("k2")
     deadline = time.monotonic() + 10
