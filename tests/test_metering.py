@@ -54,3 +54,37 @@ def test_streamed_and_blocking_cost_the_same(server: Server, app_key: str) -> No
     blocking, streamed = server.usage_rows(app_key)
     for field in ("prompt_tokens", "completion_tokens", "cost_usd", "cached_prompt_tokens"):
         assert blocking[field] == streamed[field]
+
+
+def test_a_long_usage_less_stream_counts_each_delta_once() -> None:
+    """The relay keeps a usage-less stream's batches for the count at the end, and counts and
+    drops them past 256 KiB: either way each non-empty delta is counted once (in-process: no
+    fake upstream streams this long)."""
+    from inferd.services.chat import _StreamRelay
+
+    relay = _StreamRelay(None, None)  # type: ignore[arg-type]  # only the batch bookkeeping runs
+    role = b'{"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","content":""}}],"usage":null}'
+    word = b'{"id":"c1","choices":[{"index":0,"delta":{"content":"word "}}],"usage":null}'
+    end = b'{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"length"}],"usage":null}'
+    sent = relay._sse([role])
+    for _ in range(400):  # 400 batches of 20 deltas: about 1.3 MB, over the backlog's bound 5 times
+        sent += relay._sse([word] * 20)
+    relay._sse([end])
+    assert relay._uncounted_bytes < 1 << 18 and relay._deltas > 0  # counted on the way, bounded
+    relay._count_deltas()
+    assert relay._usage is None and relay._deltas == 8000
+    assert relay._chunk_head == {"id": "c1", "created": None}
+    assert sent.count(b"data: ") == 8001  # the frames themselves are untouched
+
+
+def test_the_last_usage_a_stream_reports_is_the_one_billed() -> None:
+    from inferd.services.chat import _StreamRelay
+
+    relay = _StreamRelay(None, None)  # type: ignore[arg-type]
+    word = b'{"choices":[{"index":0,"delta":{"content":"a"}}],"usage":null}'
+    running = b'{"choices":[{"index":0,"delta":{"content":"b"}}],"usage":{"prompt_tokens":5,"completion_tokens":2}}'
+    final = b'{"choices":[],"usage": {"prompt_tokens": 5, "completion_tokens": 3}}'
+    relay._sse([word, running, word])
+    assert relay._usage == (5, 2, 0)
+    relay._sse([word, running, final, word])  # two in one batch: the later one counts
+    assert relay._usage == (5, 3, 0) and relay._uncounted == []

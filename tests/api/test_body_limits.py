@@ -135,9 +135,12 @@ def raw_post(base: str, path: str, headers: dict[str, str], total: int, *, chunk
                 continue
             sent += len(chunk)
             if sent >= total:
-                if chunked:
-                    sock.sendall(b"0\r\n\r\n")
                 sending = False
+                if chunked:
+                    try:
+                        sock.sendall(b"0\r\n\r\n")
+                    except (BrokenPipeError, ConnectionResetError):  # refused at the cap meanwhile
+                        continue
     seconds = time.monotonic() - started
     sock.close()
     parsed = _parse(received)

@@ -19,6 +19,7 @@ from inferd.services.chat import ChatCall, ChatService
 from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api.chat")
+_DONE = b"data: [DONE]\n\n"
 
 
 class ChatCompletionsRoute(JsonRoute):
@@ -57,17 +58,21 @@ class ChatCompletionsRoute(JsonRoute):
                 await send_error(send, exc)
                 return
             await send(response_start(200, SSE_HEADERS))
-            await send({"type": "http.response.body", "body": first, "more_body": True})
+            frame = first
             try:
-                async for frame in frames:
+                while not frame.endswith(_DONE):
                     await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    frame = await frames.__anext__()
+            except StopAsyncIteration:  # ended without [DONE] (its error frame was the last)
+                frame = b""
             except Exception:  # e.g. the usage row could not be committed: no [DONE] then
                 log.exception("chat stream failed")
                 error = InferdError("Internal server error").envelope()
-                await send({"type": "http.response.body", "body": b"data: " + orjson.dumps(error) + b"\n\n",
-                            "more_body": True})
+                frame = b"data: " + orjson.dumps(error) + b"\n\n"
             watcher.cancel()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            # The end of the body goes with the last frame: one write, not two.
+            await send({"type": "http.response.body", "body": frame, "more_body": False})
+            await frames.aclose()  # type: ignore[attr-defined]  # past [DONE]: frees the slot now
         except asyncio.CancelledError:
             # The client disconnected: closing the frames aborts the upstream and bills what was made.
             if watcher.done() and not watcher.cancelled():

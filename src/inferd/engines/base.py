@@ -36,7 +36,8 @@ class ChatEngine(Engine, Protocol):
 
     `chat_stream` yields lists of SSE event data (the JSON bytes of one chunk each: every event
     that arrived together, so a busy relay handles them in one go) and stops at `[DONE]`; closing
-    the iterator aborts the generation."""
+    the iterator aborts the generation. A batch may end with `b"[DONE]"` itself, when the engine
+    already knows it is the last: the relay then ends the stream without waiting on the iterator."""
 
     base_parameters: tuple[str, ...]
 

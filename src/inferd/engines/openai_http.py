@@ -32,6 +32,14 @@ def _split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
     """Complete SSE events' data fields from `buffer`, and the unfinished rest."""
     if b"\r" in buffer:
         buffer = buffer.replace(b"\r\n", b"\n")
+    end = buffer.rfind(b"\n\n")
+    if end < 0:
+        return [], buffer
+    # What OpenAI-shaped engines send: `data: <json>` events and nothing else. JSON holds no raw
+    # newline, so when every newline of the complete part is one of the `\n\ndata: ` joints the
+    # events are one C-level split (an event-by-event loop was a tenth of a busy stream's CPU).
+    if buffer.startswith(b"data: ") and buffer.count(b"\n", 0, end) == 2 * buffer.count(b"\n\ndata: ", 0, end):
+        return buffer[6:end].split(b"\n\ndata: "), buffer[end + 2:]
     events: list[bytes] = []
     start = 0
     while True:
@@ -246,9 +254,7 @@ class OpenAIHTTPEngine:
                     continue
                 if b"[DONE]" in events:
                     finished = True
-                    done = events.index(b"[DONE]")
-                    if done:
-                        yield events[:done]
+                    yield events[:events.index(b"[DONE]") + 1]  # the end mark: the relay reads no more
                     return
                 yield events
             raise self._failed(EngineError, "closed the stream before it finished", url, code="upstream_closed")

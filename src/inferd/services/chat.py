@@ -211,6 +211,8 @@ class _StreamRelay:
         self._rename: tuple[tuple[bytes, bytes], ...] = ()
         self._usage: tuple[int, int, int] | None = None
         self._deltas = 0
+        self._uncounted: list[bytes] = []  # batches whose deltas are counted only if no usage comes
+        self._uncounted_bytes = 0
         self._lease: StreamLease | None = None
         self._chunk_head: dict[str, Any] | None = None  # id and created of the first chunk
 
@@ -228,27 +230,47 @@ class _StreamRelay:
         except (orjson.JSONDecodeError, AttributeError):
             self._chunk_head = {}
 
-    def _note_usage(self, data: bytes) -> None:
+    def _note_usage(self, data: bytes) -> bool:
+        """Take the usage an event carries; whether it carried one."""
         if b'"usage"' in data and b'"usage":null' not in data and b'"usage": null' not in data:
             try:
-                self._usage = _usage_numbers(orjson.loads(data).get("usage")) or self._usage
+                numbers = _usage_numbers(orjson.loads(data).get("usage"))
             except (orjson.JSONDecodeError, AttributeError):
-                pass
+                return False
+            if numbers:
+                self._usage = numbers
+                return True
+        return False
 
     def _note(self, scanned: bytes, batch: list[bytes]) -> None:
         """Take what the meter needs from a batch of events (`scanned` is them joined): the first
-        chunk's id, the usage when one carries it, and the deltas, about one token each should the
-        upstream report no usage. Each check runs once over the batch (most of a stream's events
-        arrive together): event by event they were a tenth of a busy relay."""
+        chunk's id, and the last usage any carries. Each check runs once over the batch (most of a
+        stream's events arrive together): event by event they were a tenth of a busy relay."""
         if self._chunk_head is None:
             self._head(batch[0])
-        if b'"usage"' in scanned:
-            for data in batch:
-                self._note_usage(data)
-        # Deltas less the empty ones (an event holds one delta and at most one empty form).
-        self._deltas += (scanned.count(b'"delta"') - scanned.count(b'"content":""')
-                         - scanned.count(b'"content": ""') - scanned.count(b'"delta":{}')
-                         - scanned.count(b'"delta": {}'))
+        usages = scanned.count(b'"usage"')
+        if usages and usages > scanned.count(b'"usage":null') + scanned.count(b'"usage": null'):
+            for data in reversed(batch):
+                if self._note_usage(data):
+                    break
+        if self._usage is None:
+            # Should the stream end without usage, each delta counts about one token. Most
+            # upstreams report usage, so the batches are counted then, not as they pass (a
+            # bounded backlog: past 256 KiB they are counted and dropped).
+            self._uncounted.append(scanned)
+            self._uncounted_bytes += len(scanned)
+            if self._uncounted_bytes > 1 << 18:
+                self._count_deltas()
+
+    def _count_deltas(self) -> None:
+        """Add the deltas of the batches kept so far, less the empty ones (an event holds one delta
+        and at most one empty form)."""
+        for scanned in self._uncounted:
+            self._deltas += (scanned.count(b'"delta"') - scanned.count(b'"content":""')
+                             - scanned.count(b'"content": ""') - scanned.count(b'"delta":{}')
+                             - scanned.count(b'"delta": {}'))
+        self._uncounted.clear()
+        self._uncounted_bytes = 0
 
     def _event(self, data: bytes) -> bytes:
         """One event as the client gets it: the model renamed, reasoning exposed."""
@@ -285,6 +307,7 @@ class _StreamRelay:
     async def _meter(self, lease: StreamLease, status: int) -> None:
         if self._usage is None:
             # Interrupted or usage-less streams: each delta carried about one token.
+            self._count_deltas()
             engine = lease.deployment.serving(ChatEngine)
             self._usage = (await self._service.prompt_tokens(self._call, engine, lease.deployment), self._deltas, 0)
         await lease.finish(status, *self._usage)
@@ -326,29 +349,47 @@ class _StreamRelay:
         self._renaming(lease)
         shape = self._sse if sse else self._events
         metered = False
+        tail: Any = b"" if sse else []  # the last batch: it goes out with the end, after the commit
         try:
             try:
                 batch = lease.first
                 while True:
-                    yield shape(batch)
+                    if batch and batch[-1] == b"[DONE]":  # the engine saw the end: no read waits
+                        batch.pop()
+                        break
+                    if batch:
+                        yield shape(batch)
                     try:
                         batch = await lease.events.__anext__()
                     except StopAsyncIteration:
+                        batch = []
                         break
+                # The last events, the usage chunk and [DONE] leave in one write (one syscall and
+                # one chunk of the HTTP body, not three), once the row is committed.
+                if batch:
+                    tail = shape(batch)
                 reported = self._usage is not None
                 metered = True
-                await self._meter(lease, 200)
+                try:
+                    await self._meter(lease, 200)
+                except Exception:
+                    if tail:
+                        yield tail  # what the client was owed; the failure is reported after it
+                        tail = b"" if sse else []
+                    raise
                 if sse:
-                    yield b"data: [DONE]\n\n" if reported else (
-                        b"data: " + self._usage_chunk(lease) + b"\n\ndata: [DONE]\n\n")
+                    yield tail + (b"data: [DONE]\n\n" if reported else (
+                        b"data: " + self._usage_chunk(lease) + b"\n\ndata: [DONE]\n\n"))
                 elif not reported:
-                    yield [self._usage_chunk(lease)]
+                    yield tail + [self._usage_chunk(lease)]
+                elif tail:
+                    yield tail
             except InferdError as exc:
                 if not metered:
                     metered = True
                     await self._meter(lease, exc.status)
                 error = orjson.dumps({"error": {"message": exc.message, "type": "engine_error", "code": exc.code}})
-                yield b"data: " + error + b"\n\n" if sse else [error]
+                yield tail + b"data: " + error + b"\n\n" if sse else tail + [error]
         finally:
             await lease.events.aclose()  # type: ignore[attr-defined]
             if not metered:  # the client went away: bill what was produced
