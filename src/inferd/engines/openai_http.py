@@ -1,5 +1,5 @@
 """The `openai` engine: any HTTP upstream speaking the chat-completion wire shape
-(vLLM, SGLang, llama.cpp server, Ollama, TGI), over one pooled keep-alive session."""
+(vLLM, SGLang, llama.cpp server, Ollama, TGI), over kept-alive connections (engines/upstream_http.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from inferd.config import ModelConfig
 from inferd.engines.base import TokenCount, estimate_tokens
 from inferd.engines.hf_tokenizer import ChatTemplateTokenizer
 from inferd.engines.transcripts import PLAIN_FORMATS, spoken_text
+from inferd.engines.upstream_http import UpstreamBroke, UpstreamHTTP, UpstreamReply, UpstreamUnreachable
 from inferd.observe.requests import current_request_id
 from inferd.errors import (ConfigError, EngineCredentialsRefused, EngineError, EngineTimeout, EngineUnavailable,
                            RelayedError)
@@ -82,26 +83,18 @@ class OpenAIHTTPEngine:
         self._api_key = model.api_key
         if model.api_key:
             self._headers["Authorization"] = f"Bearer {model.api_key}"
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(model.timeout_s, 30.0),
-                                              sock_read=model.timeout_s)
+        self._http = UpstreamHTTP(base, self._headers, connect_timeout=min(model.timeout_s, 30.0),
+                                  read_timeout=model.timeout_s)
         self._timeout_s = model.timeout_s
         self._tokenizer = model.tokenizer
         self._local: ChatTemplateTokenizer | None = None
         if model.tokenizer.startswith("hf:"):
             self._local = ChatTemplateTokenizer(Path(model.tokenizer[3:]))
         self._context_length = model.context_length
-        self._session: aiohttp.ClientSession | None = None
         # Who errors name to the client: the model, and its deployment when that has a name of its own.
         named = model.deployment_name
         deployment = f" (deployment '{named}')" if named != model.id else ""
         self._engine = f"The engine for model '{model.id}'{deployment}"
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
-                                                  json_serialize=lambda o: orjson.dumps(o).decode())
-        return self._session
 
     def _failed(self, kind: type[EngineError], message: str, url: str, detail: object = "",
                 code: str | None = None) -> EngineError:
@@ -118,24 +111,24 @@ class OpenAIHTTPEngine:
         waited = f"sent nothing for {seconds}" if streaming else f"did not respond within {seconds}"
         return self._failed(EngineTimeout, waited, url)
 
-    async def _send(self, method: str, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
-        """One request, up to the answer's status line, carrying the request's `x-request-id`."""
-        request_id = current_request_id()
-        if request_id is not None:
-            kwargs["headers"] = {**kwargs.get("headers", self._headers), "x-request-id": request_id}
+    async def _send(self, method: str, url: str, body: bytes | None = None,
+                    form: aiohttp.FormData | None = None) -> UpstreamReply:
+        """One request, up to the answer's head, carrying the request's `x-request-id`."""
         try:
-            return await self._client().request(method, url, **kwargs)
+            if form is not None:
+                return await self._http.post_form(url, form, current_request_id())
+            return await self._http.request(method, url, body, current_request_id())
         except asyncio.TimeoutError:
             raise self._timed_out(url) from None
-        except aiohttp.ClientConnectorError as exc:  # its text holds host:port
+        except UpstreamUnreachable as exc:  # its text holds host:port
             raise self._failed(EngineUnavailable, "is unreachable", url, exc) from None
-        except aiohttp.ClientError as exc:
+        except UpstreamBroke as exc:
             raise self._failed(EngineError, "failed", url, exc) from None
 
-    async def _post(self, url: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
-        return await self._send("POST", url, data=orjson.dumps(payload), headers=self._headers)
+    async def _post(self, url: str, payload: dict[str, Any]) -> UpstreamReply:
+        return await self._send("POST", url, orjson.dumps(payload))
 
-    async def _read(self, response: aiohttp.ClientResponse, url: str) -> bytes:
+    async def _read(self, response: UpstreamReply, url: str) -> bytes:
         """The body of a 2xx answer (the connection released); any other status raises."""
         ok = response.status < 300
         try:
@@ -144,7 +137,7 @@ class OpenAIHTTPEngine:
             if ok:
                 raise self._timed_out(url) from None
             raw = b""
-        except aiohttp.ClientError as exc:
+        except UpstreamBroke as exc:
             if ok:
                 raise self._failed(EngineError, "failed", url, exc) from None
             raw = b""
@@ -154,7 +147,7 @@ class OpenAIHTTPEngine:
             self._refuse(response, raw, url)
         return raw
 
-    def _refuse(self, response: aiohttp.ClientResponse, raw: bytes, url: str) -> NoReturn:
+    def _refuse(self, response: UpstreamReply, raw: bytes, url: str) -> NoReturn:
         """Raise for a non-2xx answer: 4xx are the model's own rejections and pass through, except
         refused credentials (the gateway's `api_key` is wrong, not the client's)."""
         status = response.status
@@ -163,7 +156,7 @@ class OpenAIHTTPEngine:
         if status in (401, 403, 407):
             raise self._failed(EngineCredentialsRefused, f"refused the gateway's credentials {answered}", url, body)
         if 400 <= status < 500:
-            raise RelayedError(status, raw, response.headers.get("Content-Type", _JSON))
+            raise RelayedError(status, raw, response.headers.get("content-type", _JSON))
         # 5xx (and stray 3xx) bodies may carry tracebacks, paths and hosts: logged, not relayed.
         raise self._failed(EngineError, f"failed {answered}", url, body)
 
@@ -208,7 +201,7 @@ class OpenAIHTTPEngine:
         url = self._base + "/audio/speech"
         response = await self._post(url, payload)
         audio = await self._read(response, url)
-        return audio, response.headers.get("Content-Type", "audio/wav")
+        return audio, response.headers.get("content-type", "audio/wav")
 
     async def transcribe(self, path: str, filename: str, fields: dict[str, str]) -> dict[str, Any]:
         """`POST {base_url}/audio/transcriptions` (multipart). A plain format (text, srt, vtt) is asked
@@ -221,10 +214,9 @@ class OpenAIHTTPEngine:
             if name != "response_format":
                 form.add_field(name, value)
         form.add_field("response_format", response_format if plain else "verbose_json")
-        headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
         with open(path, "rb") as audio:
             form.add_field("file", audio, filename=filename)
-            response = await self._send("POST", url, data=form, headers=headers)
+            response = await self._send("POST", url, form=form)
         raw = await self._read(response, url)
         if plain:
             return {"text": spoken_text(raw, response_format), "body": raw}
@@ -236,7 +228,7 @@ class OpenAIHTTPEngine:
     async def voices(self) -> Any:
         """`GET {base_url}/audio/voices`, as the engine lists them."""
         url = self._base + "/audio/voices"
-        response = await self._send("GET", url, headers=self._headers)
+        response = await self._send("GET", url)
         return self._parse(await self._read(response, url), url, "a voice list")
 
     async def chat_stream(self, payload: dict[str, Any]) -> AsyncIterator[list[bytes]]:
@@ -248,7 +240,7 @@ class OpenAIHTTPEngine:
         finished = False
         try:
             buffer = b""
-            async for piece in response.content.iter_any():
+            async for piece in response.pieces():
                 events, buffer = _split_events(buffer + piece)
                 if not events:
                     continue
@@ -260,7 +252,7 @@ class OpenAIHTTPEngine:
             raise self._failed(EngineError, "closed the stream before it finished", url, code="upstream_closed")
         except asyncio.TimeoutError:
             raise self._timed_out(url, streaming=True) from None
-        except aiohttp.ClientError as exc:
+        except UpstreamBroke as exc:
             raise self._failed(EngineError, "broke the stream", url, exc, code="upstream_closed") from None
         finally:
             if finished:
@@ -291,10 +283,8 @@ class OpenAIHTTPEngine:
         return TokenCount(count, window, exact=True)
 
     async def close(self) -> None:
-        """Close the pooled session."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the kept-alive connections."""
+        await self._http.close()
 
 
 def register(registry: "EngineRegistry") -> None:

@@ -1,0 +1,144 @@
+"""The HTTP client of the `openai` engine, behind one small interface: the lean HTTP/1.1 pool of
+engines/http1.py for plain-http upstreams (every engine call's hop), aiohttp for the rest (https,
+credentials in the URL, multipart uploads), each raising `UpstreamUnreachable`, `UpstreamBroke`
+or `asyncio.TimeoutError`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from inferd.engines.http1 import HTTP1Pool, UpstreamBroke, UpstreamUnreachable
+
+__all__ = ["UpstreamBroke", "UpstreamHTTP", "UpstreamReply", "UpstreamUnreachable"]
+
+
+class UpstreamReply(Protocol):
+    """An answer whose head has arrived."""
+
+    status: int
+    headers: dict[str, str]  # lower-case names
+
+    async def read(self) -> bytes:
+        """The whole body; the connection goes back to its pool."""
+
+    def pieces(self) -> AsyncIterator[bytes]:
+        """The body as it arrives."""
+
+    def release(self) -> None:
+        """Done with the answer (the connection is kept when the body ended)."""
+
+    def close(self) -> None:
+        """Drop the connection: the upstream sees the client go."""
+
+
+class _AiohttpReply:
+    """aiohttp's response as an `UpstreamReply`."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers = {name.lower(): value for name, value in response.headers.items()}
+
+    async def read(self) -> bytes:
+        try:
+            return await self._response.read()
+        except asyncio.TimeoutError:
+            raise
+        except aiohttp.ClientError as exc:
+            raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            self._response.release()
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        try:
+            async for piece in self._response.content.iter_any():
+                yield piece
+        except asyncio.TimeoutError:
+            raise
+        except aiohttp.ClientError as exc:
+            raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from None
+
+    def release(self) -> None:
+        self._response.release()
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class UpstreamHTTP:
+    """Requests to one upstream. `headers` go on every request (Content-Type, Authorization)."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], connect_timeout: float, read_timeout: float) -> None:
+        self._headers = headers
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
+        self._session: aiohttp.ClientSession | None = None
+        parts = urlsplit(base_url)
+        self._lean: HTTP1Pool | None = None
+        plain = all("\r" not in f"{k}{v}" and "\n" not in f"{k}{v}" for k, v in headers.items())
+        if parts.scheme == "http" and parts.hostname and "@" not in parts.netloc and plain:
+            self._lean = HTTP1Pool(parts.hostname, parts.port or 80, connect_timeout, read_timeout)
+            fixed = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+            self._fixed = f"Host: {self._lean.host_header}\r\n{fixed}Accept-Encoding: identity\r\n"
+        self._heads: dict[tuple[str, str], bytes] = {}
+
+    def _aiohttp(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                                  json_serialize=lambda o: orjson.dumps(o).decode())
+        return self._session
+
+    def _head(self, method: str, url: str) -> bytes:
+        """The request line and the fixed headers for `method url` (built once)."""
+        head = self._heads.get((method, url))
+        if head is None:
+            parts = urlsplit(url)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            head = self._heads[(method, url)] = f"{method} {target} HTTP/1.1\r\n{self._fixed}".encode("latin-1")
+        return head
+
+    async def request(self, method: str, url: str, body: bytes | None = None,
+                      request_id: str | None = None) -> UpstreamReply:
+        """`method url` with `body`, up to the answer's head."""
+        if self._lean is not None:
+            data = self._head(method, url)
+            if request_id is not None:
+                data += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
+            if body is not None:
+                data += b"Content-Length: %d\r\n\r\n" % len(body) + body
+            else:
+                data += b"\r\n"
+            return await self._lean.request(data)
+        headers = self._headers if request_id is None else {**self._headers, "x-request-id": request_id}
+        return await self._aiohttp_request(method, url, data=body, headers=headers)
+
+    async def post_form(self, url: str, form: aiohttp.FormData, request_id: str | None = None) -> UpstreamReply:
+        """A multipart POST (aiohttp writes the form); the form sets its own Content-Type."""
+        headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
+        if request_id is not None:
+            headers["x-request-id"] = request_id
+        return await self._aiohttp_request("POST", url, data=form, headers=headers)
+
+    async def _aiohttp_request(self, method: str, url: str, **kwargs: Any) -> UpstreamReply:
+        try:
+            return _AiohttpReply(await self._aiohttp().request(method, url, **kwargs))
+        except asyncio.TimeoutError:
+            raise
+        except aiohttp.ClientConnectorError as exc:  # refused, unresolvable
+            raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        """Close every connection."""
+        if self._lean is not None:
+            await self._lean.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
