@@ -342,3 +342,4 @@ def test_a_caller_that_gives_up_closes_the_connection() -> None:
         server.close()
         await asyncio.sleep(0.05)
     run(test)
+
