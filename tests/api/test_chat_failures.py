@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
+from pathlib import Path
 
 import httpx
 import openai
+import orjson
 import pytest
+from sqlalchemy import text
 
-from tests.harness import Server, Upstream, auth
+from inferd.store.db import create_engine
+from tests.fakes.upstream import REPLY_WORDS
+from tests.harness import Server, Upstream, auth, own_backend, pg_drop_database
 
 HELLO = [{"role": "user", "content": "Say hello"}]
 
@@ -103,3 +110,48 @@ def test_client_disconnect_aborts_upstream_and_bills_what_was_made(server: Serve
     row = server.usage_rows(app_key)[-1]
     assert row["status_code"] == 499
     assert row["completion_tokens"] >= 3 and row["prompt_tokens"] > 0 and row["cost_usd"] > 0
+
+
+
+def _rename_table(database_url: str, old: str, new: str) -> None:
+    """ALTER TABLE ... RENAME on the server's database, behind its back."""
+    async def go() -> None:
+        engine = create_engine(database_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text(f"ALTER TABLE {old} RENAME TO {new}"))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())
+
+
+def test_a_stream_whose_row_cannot_be_committed_gets_its_last_events_then_an_error(
+        tmp_path: Path, config_file: Path) -> None:
+    """A stream's last events go out with `[DONE]` once its usage row is committed. When the
+    commit fails (the usage table renamed away while the stream runs, on a database of its own),
+    the client still gets every event the engine sent, then the error frame, and no `[DONE]`."""
+    backend, pg_name = own_backend(tmp_path, "commitfail")
+    server = Server.start(tmp_path, backend, config_file)
+    try:
+        key = server.create_key()
+        request = {"model": "mock-drip", "messages": HELLO, "stream": True}  # 0.2 s between chunks
+        with httpx.stream("POST", server.v1 + "/chat/completions", headers=auth(key), json=request,
+                          timeout=30) as reply:
+            lines = reply.iter_lines()
+            first = next(lines)
+            assert first.startswith("data: ")  # the stream has begun: now break the commit
+            _rename_table(backend.database_url, "usage_rows", "usage_rows_away")
+            body = first + "\n" + "\n".join(lines)
+        _rename_table(backend.database_url, "usage_rows_away", "usage_rows")
+        sent = [orjson.loads(frame[6:]) for frame in body.split("\n\n") if frame.startswith("data: {")]
+        words = "".join(chunk["choices"][0]["delta"].get("content") or ""
+                        for chunk in sent[:-1] if chunk.get("choices"))
+        assert words.split() == REPLY_WORDS  # all of it, the last words included
+        assert sent[-1] == {"error": {"message": "Internal server error", "type": "server_error",
+                                      "code": "internal_error"}}
+        assert "[DONE]" not in body
+    finally:
+        server.stop()
+        if pg_name:
+            pg_drop_database(os.environ["INFERD_DATABASE_URL"], pg_name)

@@ -15,11 +15,10 @@ from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
-from inferd.services.chat import ChatCall, ChatService
+from inferd.services.chat import DONE_FRAME, ChatCall, ChatService
 from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api.chat")
-_DONE = b"data: [DONE]\n\n"
 
 
 class ChatCompletionsRoute(JsonRoute):
@@ -60,7 +59,7 @@ class ChatCompletionsRoute(JsonRoute):
             await send(response_start(200, SSE_HEADERS))
             frame = first
             try:
-                while not frame.endswith(_DONE):
+                while not frame.endswith(DONE_FRAME):
                     await send({"type": "http.response.body", "body": frame, "more_body": True})
                     frame = await frames.__anext__()
             except StopAsyncIteration:  # ended without [DONE] (its error frame was the last)

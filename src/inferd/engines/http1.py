@@ -192,7 +192,6 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._reply: Reply | None = None
-        self._header_name = b""
         self.closed = False
         self._keep_alive = False
         self.idle_since = 0.0

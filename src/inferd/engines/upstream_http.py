@@ -11,7 +11,6 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
-import orjson
 
 from inferd.engines.http1 import HTTP1Pool, UpstreamBroke, UpstreamUnreachable
 
@@ -90,8 +89,7 @@ class UpstreamHTTP:
     def _aiohttp(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
-                                                  json_serialize=lambda o: orjson.dumps(o).decode())
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
     def _head(self, method: str, url: str) -> bytes:
@@ -107,14 +105,13 @@ class UpstreamHTTP:
                       request_id: str | None = None) -> UpstreamReply:
         """`method url` with `body`, up to the answer's head."""
         if self._lean is not None:
-            data = self._head(method, url)
+            parts = [self._head(method, url)]
             if request_id is not None:
-                data += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
+                parts.append(b"x-request-id: %s\r\n" % request_id.encode("latin-1"))
+            parts.append(b"Content-Length: %d\r\n\r\n" % len(body) if body is not None else b"\r\n")
             if body is not None:
-                data += b"Content-Length: %d\r\n\r\n" % len(body) + body
-            else:
-                data += b"\r\n"
-            return await self._lean.request(data)
+                parts.append(body)
+            return await self._lean.request(b"".join(parts))  # the body copied once, not per part
         headers = self._headers if request_id is None else {**self._headers, "x-request-id": request_id}
         return await self._aiohttp_request(method, url, data=body, headers=headers)
 

@@ -7,7 +7,6 @@ import asyncio
 import os
 from typing import Any
 
-
 from inferd.errors import BudgetExceeded, RateLimited
 from inferd.limits.base import WINDOW_SECONDS, Limits, SpendLoader, current_month
 from inferd.limits.resp import Client, Script

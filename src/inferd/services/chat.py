@@ -21,7 +21,9 @@ from inferd.errors import InferdError, InvalidRequest
 from inferd.store.keys import KeyRecord
 
 CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
+DONE_FRAME = b"data: [DONE]\n\n"  # a stream's last SSE frame
 # Deltas that carry no token: the opening role chunk and the closing finish chunk.
+_EMPTY_DELTAS = (b'"content":""', b'"content": ""', b'"delta":{}', b'"delta": {}')
 
 
 @dataclass(slots=True)
@@ -266,9 +268,7 @@ class _StreamRelay:
         """Add the deltas of the batches kept so far, less the empty ones (an event holds one delta
         and at most one empty form)."""
         for scanned in self._uncounted:
-            self._deltas += (scanned.count(b'"delta"') - scanned.count(b'"content":""')
-                             - scanned.count(b'"content": ""') - scanned.count(b'"delta":{}')
-                             - scanned.count(b'"delta": {}'))
+            self._deltas += scanned.count(b'"delta"') - sum(scanned.count(empty) for empty in _EMPTY_DELTAS)
         self._uncounted.clear()
         self._uncounted_bytes = 0
 
@@ -378,8 +378,8 @@ class _StreamRelay:
                         tail = b"" if sse else []
                     raise
                 if sse:
-                    yield tail + (b"data: [DONE]\n\n" if reported else (
-                        b"data: " + self._usage_chunk(lease) + b"\n\ndata: [DONE]\n\n"))
+                    yield tail + (DONE_FRAME if reported else (
+                        b"data: " + self._usage_chunk(lease) + b"\n\n" + DONE_FRAME))
                 elif not reported:
                     yield tail + [self._usage_chunk(lease)]
                 elif tail:

@@ -36,6 +36,7 @@ import orjson
 from inferd.catalogue import CHAT_TYPES, Model, ModelCatalogue
 from inferd.errors import InferdError, NotFound
 from inferd.services import bridging, grounding, retrieval
+from inferd.services.chat import DONE_FRAME
 from inferd.services.retrieval import Retriever
 from inferd.store.conversations import Access, NewMessage
 from inferd.store.keys import KeyRecord
@@ -57,7 +58,6 @@ SYSTEM_PROMPT = ("You are a helpful assistant. Documents the user attached to th
 TITLE_PROMPT = "Write a title of at most six words for a conversation that starts with the message below. " \
                "Answer with the title only."
 ANSWER_NUDGE = "Answer my question from the passages above."
-DONE = b"data: [DONE]\n\n"
 
 
 def sse(payload: dict[str, Any]) -> bytes:
@@ -197,7 +197,7 @@ class GenerateTurn:
                     break
                 searched = found = await self._tool_step(output, calls, messages, emit)
             await self._title(emit)
-            await emit(DONE)
+            await emit(DONE_FRAME)
         except InferdError as exc:
             await emit(sse({"error": {"message": exc.message, "type": exc.type, "code": exc.code}}))
 
