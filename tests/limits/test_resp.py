@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+import shutil
+import socket
+import subprocess
+import time
+from typing import Any, Iterator
 
 import pytest
 
@@ -104,3 +108,70 @@ def test_each_url_gets_its_client(url: str) -> None:
     assert isinstance(connect(url), RespClient)
     assert isinstance(connect("rediss://127.0.0.1:6380/0"), RedisPyClient)
     assert isinstance(connect("unix:///run/redis/redis.sock?db=1"), RedisPyClient)
+
+
+def _reply_skips(url: str) -> int:
+    """How many CLIENT REPLY commands Redis has run, all clients together."""
+    async def read() -> bytes:
+        client = RespClient(url)
+        try:
+            return await client.execute("INFO", "commandstats")
+        finally:
+            await client.close()
+
+    for line in asyncio.run(read()).decode().splitlines():
+        if line.startswith("cmdstat_client|reply:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+def test_an_unanswered_command_runs_in_order_and_leaves_the_replies_in_step(url: str, make: Any) -> None:
+    async def body(client: Client, ns: str) -> list[Any]:
+        await client.execute("SET", ns + "n", 0, "EX", 60)
+        for _ in range(50):
+            await client.send_unanswered(("INCRBY", ns + "n", 2))
+        return await client.pipeline([("GET", ns + "n"), ("ECHO", "after"), ("INCRBY", ns + "n", 1)])
+
+    skips = _reply_skips(url)
+    assert run(url, body, make) == [b"100", b"after", 101]
+    if make is RespClient:  # the lean client asked Redis for no replies (50 skips and the probe)
+        assert _reply_skips(url) - skips >= 51
+
+
+@pytest.fixture
+def redis_without_client_command(url: str) -> Iterator[str]:
+    """A Redis of its own with the CLIENT command renamed away, as some proxies and managed
+    services have it: the lean client must fall back to awaiting replies."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server binary to start a second Redis")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                               "--rename-command", "CLIENT", ""], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the second Redis did not start"
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_a_server_without_client_reply_gets_unanswered_commands_answered(redis_without_client_command: str) -> None:
+    async def body(client: RespClient, ns: str) -> list[Any]:
+        await client.execute("SET", ns + "s", "text", "EX", 60)
+        for _ in range(20):
+            await client.send_unanswered(("INCRBY", ns + "n", 5))
+        with pytest.raises(RedisReplyError, match="WRONGTYPE"):  # awaited here, so its error is seen
+            await client.send_unanswered(("LPUSH", ns + "s", "x"))
+        return await client.pipeline([("GET", ns + "n"), ("ECHO", "after")])
+
+    assert run(redis_without_client_command, body) == [b"100", b"after"]

@@ -55,3 +55,47 @@ def test_one_commit_writes_rows_rollup_and_spend(backend: Backend) -> None:
     month = [r for r in rollup if r["key_id"] == ids[0] and r["span"] == "month"]
     assert sum(r["requests"] for r in month) == 4 and sum(r["cost_usd"] for r in month) == 2.0
     assert by_slot[(ids[1], "day", "2026-04-02", None)]["model"] == "m-two"
+
+
+def test_rows_committed_one_at_a_time_land_as_a_batch_of_them_does(backend: Backend) -> None:
+    """A commit of one row takes its own statement on PostgreSQL (scalars, not arrays): it must
+    write what the batch statement writes for the same rows, zero-cost rows (no spend) included."""
+    alone, batched = (f"SINK{uuid.uuid4().hex[:12].upper()}:s" for _ in range(2))
+
+    def rows_of(key: str) -> list[dict]:
+        return [usage_row(key, datetime(2026, 3, 1, 10, 5), cost=0.25, metadata={"team": "a"}),
+                usage_row(key, datetime(2026, 3, 1, 10, 50), cost=0.5, metadata={"team": "a"}, user_id="7"),
+                usage_row(key, datetime(2026, 3, 31, 23, 59), cost=0.0, prompt=3, completion=0),
+                usage_row(key, datetime(2026, 4, 1, 0, 0), cost=1.5, model="m-two", workspace="ws2")]
+
+    async def go() -> dict[str, tuple[list, list, list]]:
+        engine = create_engine(backend.database_url)
+        sink = usage_sink(engine, None)
+        try:
+            await migrate(engine)
+            for row in rows_of(alone):
+                await sink.commit([row], spend_amounts([row]))
+            together = rows_of(batched)
+            await sink.commit(together, spend_amounts(together))
+            found = {}
+            async with engine.connect() as conn:
+                for key in (alone, batched):
+                    key_id = key.split(":")[0]
+                    stored = (await conn.execute(select(usage_rows).where(usage_rows.c.key_id == key_id))).mappings()
+                    rollup = (await conn.execute(select(usage_rollup).where(usage_rollup.c.key_id == key_id))
+                              ).mappings()
+                    spend = (await conn.execute(select(key_spend).where(key_spend.c.key_id == key_id))).mappings()
+                    found[key] = (sorted((tuple(v for k, v in r.items() if k not in ("id", "key_id")) for r in stored),
+                                         key=repr),
+                                  sorted((tuple(v for k, v in r.items() if k != "key_id") for r in rollup), key=repr),
+                                  sorted((s["month"], s["spend_usd"]) for s in spend))
+            return found
+        finally:
+            await sink.close()
+            await engine.dispose()
+
+    found = asyncio.run(go())
+    assert found[alone] == found[batched]
+    stored, rollup, spend = found[alone]
+    assert len(stored) == 4 and len(rollup) == 9  # an hour, a day and a month for each of 3 dims
+    assert spend == [("2026-03", 0.75), ("2026-04", 1.5)]  # the zero-cost row adds no spend row

@@ -83,7 +83,6 @@ class RedisSpendCounter:
         self._redis = redis
         self._prefix = prefix + "spend:"
         self._load = loader
-        self._add = Script(redis, _ADD_SCRIPT)
 
     def key_name(self, key: str, month: str) -> str:
         """The Redis key holding one key's spend for one month."""
@@ -101,11 +100,19 @@ class RedisSpendCounter:
         return float(value)
 
     async def add(self, amounts: dict[tuple[str, str], float]) -> None:
-        """Add committed costs to every replica's view."""
+        """Add committed costs to every replica's view.
+
+        Written without waiting for a reply: it is on every metered call's path, between the
+        usage commit and the reply. It is in Redis's socket before the reply leaves for the
+        client, so this replica's next admission runs after it (one connection, in order), and so
+        does, short of Redis stalling for the client's whole round trip, one on another replica.
+        EVAL with the script's text (not EVALSHA): an unanswered command cannot learn that Redis
+        lost a loaded script."""
         if not amounts:
             return
         names = [self.key_name(key, month) for key, month in amounts]
-        await self._add(names, [repr(cost) for cost in amounts.values()])
+        await self._redis.send_unanswered(("EVAL", _ADD_SCRIPT, len(names), *names,
+                                           *[repr(cost) for cost in amounts.values()]))
 
     async def close(self) -> None:
         """Nothing beyond the shared client (closed by the rate limiter)."""

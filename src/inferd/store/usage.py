@@ -35,13 +35,13 @@ def dims_hash(model: str, workspace: str, deployment: str, metadata: str | None)
     return hashlib.md5(joined.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
-def _hour_period(moment: datetime) -> str:
+def hour_period(moment: datetime) -> str:
     """YYYY-MM-DDTHH: an hour's period; its first 10 and 7 characters name its day and month."""
     return f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}"
 
 
 def _period(span: str, moment: datetime) -> str:
-    return _hour_period(moment)[:{"hour": 13, "day": 10, "month": 7}[span]]
+    return hour_period(moment)[:{"hour": 13, "day": 10, "month": 7}[span]]
 
 
 def rollup_deltas(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -50,7 +50,7 @@ def rollup_deltas(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     one order (no deadlocks)."""
     deltas: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for row in rows:
-        hour = _hour_period(row["created_at"])
+        hour = hour_period(row["created_at"])
         dims = dims_hash(row["model"], row["workspace"], row["deployment"], row["metadata"])
         for span, period in (("day", hour[:10]), ("hour", hour), ("month", hour[:7])):
             delta = deltas.get((row["key_id"], span, period, dims))
@@ -72,7 +72,7 @@ def rollup_values(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     if len(rows) != 1:
         return [tuple(delta[name] for name in ROLLUP_COLUMNS) for delta in rollup_deltas(rows)]
     row = rows[0]
-    hour = _hour_period(row["created_at"])
+    hour = hour_period(row["created_at"])
     values = (dims_hash(row["model"], row["workspace"], row["deployment"], row["metadata"]), row["model"],
               row["workspace"], row["deployment"], row["metadata"], 1, row["prompt_tokens"],
               row["cached_prompt_tokens"], row["completion_tokens"], row["cost_usd"])
