@@ -5,8 +5,10 @@ stale kept-alive connection sent on once more, timeouts, refusals, breaks, and f
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -343,3 +345,54 @@ def test_a_caller_that_gives_up_closes_the_connection() -> None:
         await asyncio.sleep(0.05)
     run(test)
 
+
+
+def test_an_engine_stream_closes_its_reader_itself_and_gives_the_connection_back() -> None:
+    """The `openai` engine's stream, read to its end mark and closed as the relay does, closes
+    the reply's piece reader itself: nothing is left for the loop's async-generator finalizer
+    (a self-pipe write, a loop turn and a task for each stream), and the kept-alive connection
+    serves the next stream."""
+    from inferd.config import ModelConfig
+    from inferd.engines.openai_http import OpenAIHTTPEngine
+
+    events = b"".join(b'data: {"choices":[{"delta":{"content":"w%d"}}]}\n\n' % i for i in range(5))
+    events += b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}\n\ndata: [DONE]\n\n'
+    parts = [event + b"\n\n" for event in events.split(b"\n\n")[:-1]]  # one chunk an event
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in parts) + b"0\r\n\r\n"
+    server = Server(lambda head, body: [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                        b"Transfer-Encoding: chunked\r\n\r\n", chunked])
+
+    async def main() -> tuple[list[list[bytes]], list[str]]:
+        port = await server.start()
+        first, finalizer = sys.get_asyncgen_hooks()
+        left_to_the_loop: list[str] = []
+
+        def counting(agen: Any) -> None:
+            left_to_the_loop.append(agen.ag_code.co_qualname)
+            finalizer(agen)  # type: ignore[misc]
+
+        sys.set_asyncgen_hooks(first, counting)
+        engine = OpenAIHTTPEngine(ModelConfig(id="m", base_url=f"http://127.0.0.1:{port}/v1"))
+        read: list[list[bytes]] = []
+        try:
+            for _ in range(2):
+                stream = engine.chat_stream({"model": "m", "messages": [], "stream": True})
+                batches: list[bytes] = []
+                async for batch in stream:
+                    batches += batch
+                    if batch[-1] == b"[DONE]":
+                        break
+                await stream.aclose()
+                read.append(batches)
+                gc.collect()
+                await asyncio.sleep(0.01)
+        finally:
+            sys.set_asyncgen_hooks(first, finalizer)
+            await engine.close()
+            await server.stop()
+        return read, left_to_the_loop
+
+    read, left = asyncio.run(main())
+    assert [len(batches) for batches in read] == [7, 7] and read[0][-1] == b"[DONE]"
+    assert left == []
+    assert server.connections == 1

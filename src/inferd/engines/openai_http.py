@@ -238,9 +238,10 @@ class OpenAIHTTPEngine:
         if response.status >= 300:
             await self._read(response, url)  # raises
         finished = False
+        pieces = response.pieces()
         try:
             buffer = b""
-            async for piece in response.pieces():
+            async for piece in pieces:
                 events, buffer = _split_events(buffer + piece)
                 if not events:
                     continue
@@ -255,6 +256,10 @@ class OpenAIHTTPEngine:
         except UpstreamBroke as exc:
             raise self._failed(EngineError, "broke the stream", url, exc, code="upstream_closed") from None
         finally:
+            # Closed here, not left to the garbage collector: a dropped async generator is closed
+            # by a task the loop's finalizer hook schedules (a self-pipe write, a loop turn and a
+            # task for every stream).
+            await pieces.aclose()
             if finished:
                 response.release()
             else:
