@@ -143,6 +143,11 @@ def test_disconnect_frees_the_model(builtin: Server, builtin_key: str) -> None:
                        json={"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
     assert reply.status_code == 200
     assert time.monotonic() - started < 20  # not stuck behind the abandoned 2000-token generation
+    # The abandoned stream's row is written once the server has seen the disconnect and the decode
+    # thread has stopped it, which the short request (decoding beside it) need not wait for.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(r["status_code"] == 499 for r in builtin.usage_rows(builtin_key)):
+        time.sleep(0.1)
     assert any(r["status_code"] == 499 for r in builtin.usage_rows(builtin_key))
 
 
