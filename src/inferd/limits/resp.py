@@ -213,8 +213,8 @@ class RespClient(_Commands):
         """Write a command that Redis runs without replying (CLIENT REPLY SKIP), and return at once.
 
         No reply means no wake-up of this process to read one: on a call's hot path (the spend
-        added after each usage commit) that is a third of a round trip's CPU, and the whole of its
-        latency. Commands written later on this connection run after it, so this process's next
+        added after each usage commit) that is most of a round trip's CPU (30 -> 5.5 us measured
+        alone), and the whole of its latency. Commands written later on this connection run after it, so this process's next
         read sees its effect. An error it meets in Redis goes unseen: use it only for commands
         whose loss costs no more than a dropped connection would. A server that does not take
         CLIENT REPLY gets the command with its reply awaited, as `execute` does."""
