@@ -9,6 +9,7 @@ import gc
 import gzip
 import socket
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -396,3 +397,26 @@ def test_an_engine_stream_closes_its_reader_itself_and_gives_the_connection_back
     assert [len(batches) for batches in read] == [7, 7] and read[0][-1] == b"[DONE]"
     assert left == []
     assert server.connections == 1
+
+
+def test_a_slow_answer_on_a_kept_alive_connection_times_out_once_and_is_not_sent_again() -> None:
+    """Only a connection found closed before any answer is retried: a read timeout (an OSError
+    since Python 3.11) must reach the caller after one timeout, the request sent once."""
+    async def test() -> None:
+        async def answer(head: bytes, body: bytes) -> list[Any]:
+            return [_ok(b"quick")] if len(server.requests) == 1 else [1.0, _ok(b"late")]
+
+        server = Server(answer)
+        pool = HTTP1Pool("127.0.0.1", await server.start(), 5, 0.3)
+        reply = await pool.request(_post(pool))
+        assert await reply.read() == b"quick" and len(pool._idle) == 1
+        started = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):
+            await pool.request(_post(pool))  # on the kept-alive connection
+        waited = time.monotonic() - started
+        await asyncio.sleep(0.1)
+        assert len(server.requests) == 2 and waited < 0.55
+        await pool.close()
+        await asyncio.sleep(1.0)  # the late writers find their connections gone
+        await server.stop()
+    run(test)

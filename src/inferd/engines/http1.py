@@ -324,7 +324,7 @@ class HTTP1Pool:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(lambda: _Connection(self), self._host, self._port),
                 self._connect_timeout)
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError:  # an OSError since Python 3.11: not a refusal
             raise  # the engine's timeout, as for an answer that does not come
         except OSError as exc:
             raise UpstreamUnreachable(f"cannot connect to {self.host_header}: {exc}") from None
@@ -351,6 +351,8 @@ class HTTP1Pool:
                 reply = conn.send(data, self._read_timeout)
                 await reply.head()
                 return reply
+            except asyncio.TimeoutError:  # an OSError since Python 3.11; the upstream is slow, not gone
+                raise
             except (UpstreamBroke, RuntimeError, OSError):
                 if conn._reply is not None and conn._reply.got_bytes:
                     raise
