@@ -6,7 +6,8 @@ or `asyncio.TimeoutError`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -36,6 +37,20 @@ class UpstreamReply(Protocol):
         """Drop the connection: the upstream sees the client go."""
 
 
+@contextmanager
+def _upstream_errors() -> Iterator[None]:
+    """aiohttp's errors as this module's: a timeout stays a timeout (aiohttp's are ClientErrors
+    too), a refused or unresolvable connect is `UpstreamUnreachable`, the rest `UpstreamBroke`."""
+    try:
+        yield
+    except asyncio.TimeoutError:
+        raise
+    except aiohttp.ClientConnectorError as exc:
+        raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}") from None
+    except aiohttp.ClientError as exc:
+        raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from None
+
+
 class _AiohttpReply:
     """aiohttp's response as an `UpstreamReply`."""
 
@@ -46,22 +61,15 @@ class _AiohttpReply:
 
     async def read(self) -> bytes:
         try:
-            return await self._response.read()
-        except asyncio.TimeoutError:
-            raise
-        except aiohttp.ClientError as exc:
-            raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from None
+            with _upstream_errors():
+                return await self._response.read()
         finally:
             self._response.release()
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        try:
+        with _upstream_errors():
             async for piece in self._response.content.iter_any():
                 yield piece
-        except asyncio.TimeoutError:
-            raise
-        except aiohttp.ClientError as exc:
-            raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from None
 
     def release(self) -> None:
         self._response.release()
@@ -123,14 +131,8 @@ class UpstreamHTTP:
         return await self._aiohttp_request("POST", url, data=form, headers=headers)
 
     async def _aiohttp_request(self, method: str, url: str, **kwargs: Any) -> UpstreamReply:
-        try:
+        with _upstream_errors():
             return _AiohttpReply(await self._aiohttp().request(method, url, **kwargs))
-        except asyncio.TimeoutError:
-            raise
-        except aiohttp.ClientConnectorError as exc:  # refused, unresolvable
-            raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}") from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from None
 
     async def close(self) -> None:
         """Close every connection."""
