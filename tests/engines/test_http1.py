@@ -32,8 +32,12 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, await reader.readexactly(length)
 
 
+CLOSE = object()  # in an answer's parts: close the connection there
+
+
 class Server:
-    """A raw server whose `answer(head, body)` returns the bytes to write (None: close)."""
+    """A raw server whose `answer(head, body)` returns the bytes to write: one part or a list of
+    them, a float part being a pause and CLOSE a close (None alone: close without answering)."""
 
     def __init__(self, answer: Callable[[bytes, bytes], Any]) -> None:
         self.answer = answer
@@ -58,6 +62,8 @@ class Server:
                     if reply is None:
                         return
                     for part in reply if isinstance(reply, list) else [reply]:
+                        if part is CLOSE:
+                            return
                         if isinstance(part, float):
                             await asyncio.sleep(part)
                             continue
@@ -216,34 +222,12 @@ def test_timeouts_refusals_and_garbage() -> None:
 def test_a_body_cut_short_raises_and_a_stream_arrives_in_pieces() -> None:
     async def test() -> None:
         answers = iter([
-            [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part"],
+            [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part", CLOSE],
             [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"3\r\none\r\n", 0.05, b"3\r\ntwo\r\n",
              0.05, b"0\r\n\r\n"],
         ])
-        closing = {"first": True}
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            while True:
-                try:
-                    head, _ = await _read_request(reader)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                if not head:
-                    break
-                for part in next(answers):
-                    if isinstance(part, float):
-                        await asyncio.sleep(part)
-                    else:
-                        writer.write(part)
-                        await writer.drain()
-                if closing.pop("first", False):
-                    writer.close()
-                    return
-            writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        pool = HTTP1Pool("127.0.0.1", port, 5, 5)
+        server = Server(lambda head, body: next(answers))
+        pool = HTTP1Pool("127.0.0.1", await server.start(), 5, 5)
         reply = await pool.request(_post(pool))
         with pytest.raises(UpstreamBroke):
             await reply.read()
@@ -252,8 +236,7 @@ def test_a_body_cut_short_raises_and_a_stream_arrives_in_pieces() -> None:
         assert pieces == [b"one", b"two"]
         assert len(pool._idle) == 1  # read to its end: kept
         await pool.close()
-        server.close()
-        await asyncio.sleep(0.05)
+        await server.stop()
     run(test)
 
 
@@ -345,7 +328,6 @@ def test_a_caller_that_gives_up_closes_the_connection() -> None:
         server.close()
         await asyncio.sleep(0.05)
     run(test)
-
 
 
 def test_an_engine_stream_closes_its_reader_itself_and_gives_the_connection_back() -> None:
