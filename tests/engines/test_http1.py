@@ -146,19 +146,12 @@ def test_a_gzipped_body_is_undone() -> None:
 
 def test_end_of_connection_framing_completes_the_read() -> None:
     async def test() -> None:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await _read_request(reader)
-            writer.write(b"HTTP/1.0 200 OK\r\n\r\nuntil the end")
-            await writer.drain()
-            writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        pool = HTTP1Pool("127.0.0.1", server.sockets[0].getsockname()[1], 5, 5)
+        server = Server(lambda head, body: [b"HTTP/1.0 200 OK\r\n\r\nuntil the end", CLOSE])
+        pool = HTTP1Pool("127.0.0.1", await server.start(), 5, 5)
         reply = await pool.request(_post(pool))
         assert await reply.read() == b"until the end"
         assert pool._idle == []  # not kept: the answer ended with the connection
-        server.close()
-        await asyncio.sleep(0.05)
+        await server.stop()
     run(test)
 
 
@@ -244,18 +237,10 @@ def test_a_slow_reader_pauses_the_socket_and_loses_nothing() -> None:
     async def test() -> None:
         block = b"y" * 65536
 
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await _read_request(reader)
-            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-            for _ in range(64):  # 4 MiB, past the 1 MiB mark at which reading pauses
-                writer.write(b"%x\r\n" % len(block) + block + b"\r\n")
-                await writer.drain()
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-            writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        pool = HTTP1Pool("127.0.0.1", server.sockets[0].getsockname()[1], 5, 5)
+        chunks = [b"%x\r\n" % len(block) + block + b"\r\n"] * 64  # 4 MiB, past the 1 MiB at which reading pauses
+        server = Server(lambda head, body: [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", *chunks,
+                                            b"0\r\n\r\n", CLOSE])
+        pool = HTTP1Pool("127.0.0.1", await server.start(), 5, 5)
         reply = await pool.request(_post(pool))
         total = 0
         paused_once = False
@@ -265,8 +250,7 @@ def test_a_slow_reader_pauses_the_socket_and_loses_nothing() -> None:
             paused_once = paused_once or reply._conn._paused
         assert total == 64 * 65536 and paused_once
         await pool.close()
-        server.close()
-        await asyncio.sleep(0.05)
+        await server.stop()
     run(test)
 
 
