@@ -214,10 +214,11 @@ class RespClient(_Commands):
 
         No reply means no wake-up of this process to read one: on a call's hot path (the spend
         added after each usage commit) that is most of a round trip's CPU (30 -> 5.5 us measured
-        alone), and the whole of its latency. Commands written later on this connection run after it, so this process's next
-        read sees its effect. An error it meets in Redis goes unseen: use it only for commands
-        whose loss costs no more than a dropped connection would. A server that does not take
-        CLIENT REPLY gets the command with its reply awaited, as `execute` does."""
+        alone), and the whole of its latency. Commands written later on this connection run after
+        it, so this process's next read sees its effect. An error it meets in Redis goes unseen:
+        use it only for commands whose loss costs no more than a dropped connection would. A
+        server that does not take CLIENT REPLY gets the command with its reply awaited, as
+        `execute` does."""
         replies = await self._connected()
         if not self._reply_skip:
             _raised((await self._send(replies, [command]))[0])
