@@ -30,6 +30,7 @@ from inferd.store.db import create_engine, migrate
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
 from inferd.store.tables import api_keys, key_spend, usage_rows
+from inferd.store.usage_journal import settle_path
 from inferd.store.users import UserRepository
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -353,11 +354,18 @@ class Server:
 
         _run(self._with_db(work))
 
+    def _settled(self, engine: Any) -> None:
+        """Fold the servers' usage journals first, as every reader of usage in inferd does (the
+        rows of replies that have left may still be in a journal on SQLite)."""
+        if engine.dialect.name == "sqlite":
+            settle_path(engine.url.database)
+
     def usage_rows(self, full_key: str) -> list[dict[str, Any]]:
         """Usage rows charged to a key, oldest first."""
         key_id = full_key.split(":")[0]
 
         async def work(engine: Any) -> list[dict[str, Any]]:
+            await asyncio.to_thread(self._settled, engine)
             async with engine.connect() as conn:
                 rows = await conn.execute(select(usage_rows).where(usage_rows.c.key_id == key_id)
                                           .order_by(usage_rows.c.id))
@@ -370,6 +378,7 @@ class Server:
         key_id = full_key.split(":")[0]
 
         async def work(engine: Any) -> float:
+            await asyncio.to_thread(self._settled, engine)
             async with engine.connect() as conn:
                 values = (await conn.execute(select(key_spend.c.spend_usd).where(key_spend.c.key_id == key_id))
                           ).scalars().all()

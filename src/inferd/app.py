@@ -55,7 +55,8 @@ from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
 from inferd.limits.redis import RedisLimits
 from inferd.limits.resp import connect as connect_redis
-from inferd.metering import UsageWriter, load_spend, usage_sink
+from inferd.metering import UsageRecorder, UsageWriter, load_spend, usage_sink
+from inferd.metering_journal import JournaledUsageWriter
 from inferd.observe.logs import AccessLog, configure_logging
 from inferd.observe.metrics import Metrics, worker_exited
 from inferd.observe.requests import RequestIds, RequestNote, current, note_request, stamped
@@ -95,7 +96,7 @@ class Services:
     auth: Authenticator
     limits: Limits
     metrics: Metrics
-    writer: UsageWriter
+    writer: UsageRecorder
     catalogue: ModelCatalogue
     stage: CallStage
     health: HealthProber
@@ -140,7 +141,9 @@ async def build_services(settings: Settings) -> Services:
     else:
         limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
     metrics = Metrics()
-    writer = UsageWriter(usage_sink(db, hot), limits.spend, metrics)
+    writer: UsageRecorder = (
+        JournaledUsageWriter(hot, limits.spend, metrics) if hot is not None
+        else UsageWriter(usage_sink(db), limits.spend, metrics))
     writer.start()
     keys = KeyRepository(db, hot=hot, pg_cache=True)
     catalogue = ModelCatalogue(config.models, registry)

@@ -3,6 +3,8 @@
 Every metered reply waits for its own row's commit before it finishes (before `[DONE]` on a
 stream), so a crash can never lose the row of a reply the client received. All rows waiting
 when the writer wakes go in one transaction, which keeps that durability cheap under load.
+A file-backed SQLite database has a writer of its own (metering_journal.py): the row waits in
+a journal file, not in a commit.
 """
 
 from __future__ import annotations
@@ -11,9 +13,8 @@ import asyncio
 import logging
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import orjson
@@ -27,8 +28,9 @@ from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.keys import KeyRecord
 from inferd.store.tables import key_spend
+from inferd.store.usage_journal import settle, settle_path
 from inferd.store.usage_write import (PG_ONE_ROW_WRITE, PG_USAGE_WRITE, Amounts, UsageWrites, pg_one_row_arguments,
-                                      pg_usage_arguments, spend_amounts, sqlite_usage_writes)
+                                      pg_usage_arguments, spend_amounts)
 
 log = logging.getLogger("inferd.metering")
 
@@ -125,66 +127,12 @@ class PostgresSink:
             self._conn = None
 
 
-class SqliteSink:
-    """Commits batches with the standard sqlite3 module, on the event loop when it can.
-
-    A WAL commit with synchronous=NORMAL is a few writes and no fsync (tens of microseconds),
-    cheaper than any hop to a thread, so it runs inline on the hot connection (busy_timeout 0).
-    When another process holds the write lock, the batch goes to a thread of its own that waits
-    for it, and the loop never blocks on a lock."""
-
-    def __init__(self, hot: HotSqlite, path: str) -> None:
-        self._hot = hot
-        self._path = path
-        self._threaded: sqlite3.Connection | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-sqlite")
-
-    @staticmethod
-    def _write(conn: sqlite3.Connection, rows: list[dict[str, Any]], amounts: Amounts) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, parameters in sqlite_usage_writes(rows, amounts):
-                conn.executemany(sql, parameters)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
-    def _write_threaded(self, rows: list[dict[str, Any]], amounts: Amounts) -> None:
-        if self._threaded is None:
-            self._threaded = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            self._threaded.execute("PRAGMA busy_timeout=30000")
-        self._write(self._threaded, rows, amounts)
-
-    async def commit(self, rows: list[dict[str, Any]], amounts: Amounts) -> None:
-        """Insert the rows and add to the spend and usage rollups in one transaction."""
-        try:
-            self._write(self._hot.conn, rows, amounts)
-            return
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc):
-                raise
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._write_threaded, rows, amounts)
-
-    async def close(self) -> None:
-        """Close the thread's connection and stop the thread."""
-        def shut() -> None:
-            if self._threaded is not None:
-                self._threaded.close()
-                self._threaded = None
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, shut)
-        self._executor.shutdown(wait=True)
+UsageSink = SqlAlchemySink | PostgresSink
 
 
-UsageSink = SqlAlchemySink | SqliteSink | PostgresSink
-
-
-def usage_sink(engine: AsyncEngine, hot: HotSqlite | None) -> UsageSink:
-    """The fastest sink for the engine's database."""
-    if hot is not None and engine.url.database:
-        return SqliteSink(hot, engine.url.database)
+def usage_sink(engine: AsyncEngine) -> UsageSink:
+    """The fastest sink for the engine's database (a file-backed SQLite database has a journal
+    instead: metering_journal.py)."""
     if engine.dialect.name == "postgresql":
         return PostgresSink(engine)
     return SqlAlchemySink(engine)
@@ -202,6 +150,28 @@ def usage_for(key: KeyRecord, config: ModelConfig, workspace: str, status: int, 
                  latency_ms=int((time.perf_counter() - started) * 1000), status_code=status,
                  cost_usd=token_cost(config.cost, prompt, completion, price_factor) if cost_usd is None else cost_usd,
                  metadata=metadata)
+
+
+class UsageRecorder(Protocol):
+    """What callers need of a usage writer (this module's, or the SQLite journal's)."""
+
+    active: int  # metered calls under way, kept by callers
+
+    @property
+    def pending(self) -> int:
+        """Rows not committed yet."""
+
+    def start(self) -> None:
+        """Start on the running loop."""
+
+    async def record(self, usage: Usage) -> None:
+        """Return once the row is durable."""
+
+    async def settle(self) -> None:
+        """Make every durable row visible to a read of the tables."""
+
+    async def close(self) -> None:
+        """Write what is waiting and stop."""
 
 
 class UsageWriter:
@@ -287,6 +257,9 @@ class UsageWriter:
                 else:
                     future.set_exception(error)
 
+    async def settle(self) -> None:
+        """Nothing to do before a read: every reply's row was committed before it left."""
+
     async def close(self) -> None:
         """Commit what is waiting and stop."""
         self._closing = True
@@ -310,11 +283,13 @@ async def load_spend(engine: AsyncEngine, key_id: str, month: str, hot: HotSqlit
     never waits on writers (a busy database falls back to the async engine, which may wait)."""
     if hot is not None:
         try:
+            settle(hot.conn, hot.path)  # rows still in a journal count (their replies have left)
             row = hot.conn.execute(_SQLITE_SPEND, (key_id, month)).fetchone()
             return float(row[0]) if row else 0.0
         except sqlite3.OperationalError as exc:
             if not is_busy(exc):
                 raise
+        await asyncio.to_thread(settle_path, hot.path)
     async with engine.connect() as conn:
         value = (await conn.execute(select(key_spend.c.spend_usd).where(
             key_spend.c.key_id == key_id, key_spend.c.month == month))).scalar()

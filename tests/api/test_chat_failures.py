@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -126,13 +127,30 @@ def _rename_table(database_url: str, old: str, new: str) -> None:
     asyncio.run(go())
 
 
-def test_a_stream_whose_row_cannot_be_committed_gets_its_last_events_then_an_error(
+def test_a_stream_whose_row_cannot_be_made_durable_gets_its_last_events_then_an_error(
         tmp_path: Path, config_file: Path) -> None:
-    """A stream's last events go out with `[DONE]` once its usage row is committed. When the
-    commit fails (the usage table renamed away while the stream runs, on a database of its own),
-    the client still gets every event the engine sent, then the error frame, and no `[DONE]`."""
+    """A stream's last events go out with `[DONE]` once its usage row is durable: committed on
+    PostgreSQL, written to the usage journal on SQLite. When that fails while the stream runs (on
+    PostgreSQL the usage table renamed away; on SQLite the journal cannot be written: the server's
+    file size limit is lowered under it, as a full disk would refuse), the client still gets every
+    event the engine sent, then the error frame, and no `[DONE]`."""
     backend, pg_name = own_backend(tmp_path, "commitfail")
     server = Server.start(tmp_path, backend, config_file)
+    sqlite = pg_name is None
+    limit = resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE)
+
+    def refuse() -> None:
+        if sqlite:
+            resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, (1, limit[1]))
+        else:
+            _rename_table(backend.database_url, "usage_rows", "usage_rows_away")
+
+    def mend() -> None:
+        if sqlite:
+            resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, limit)
+        else:
+            _rename_table(backend.database_url, "usage_rows_away", "usage_rows")
+
     try:
         key = server.create_key()
         request = {"model": "mock-drip", "messages": HELLO, "stream": True}  # 0.2 s between chunks
@@ -141,9 +159,9 @@ def test_a_stream_whose_row_cannot_be_committed_gets_its_last_events_then_an_err
             lines = reply.iter_lines()
             first = next(lines)
             assert first.startswith("data: ")  # the stream has begun: now break the commit
-            _rename_table(backend.database_url, "usage_rows", "usage_rows_away")
+            refuse()
             body = first + "\n" + "\n".join(lines)
-        _rename_table(backend.database_url, "usage_rows_away", "usage_rows")
+        mend()
         sent = [orjson.loads(frame[6:]) for frame in body.split("\n\n") if frame.startswith("data: {")]
         words = "".join(chunk["choices"][0]["delta"].get("content") or ""
                         for chunk in sent[:-1] if chunk.get("choices"))
@@ -151,6 +169,9 @@ def test_a_stream_whose_row_cannot_be_committed_gets_its_last_events_then_an_err
         assert sent[-1] == {"error": {"message": "Internal server error", "type": "server_error",
                                       "code": "internal_error"}}
         assert "[DONE]" not in body
+        # Mended, the server writes rows again: the next call's is there, and only it.
+        assert post(server, key, model="mock-chat").status_code == 200
+        assert [row["model"] for row in server.usage_rows(key)] == ["mock-chat"]
     finally:
         server.stop()
         if pg_name:

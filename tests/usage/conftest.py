@@ -58,7 +58,7 @@ def store_rows(server: Server, rows: list[dict[str, Any]]) -> None:
 
     async def go() -> None:
         engine = create_engine(server.backend.database_url)
-        sink = usage_sink(engine, None)
+        sink = usage_sink(engine)
         try:
             await migrate(engine)
             await sink.commit(rows, {})

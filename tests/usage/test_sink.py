@@ -27,7 +27,7 @@ def test_one_commit_writes_rows_rollup_and_spend(backend: Backend) -> None:
 
     async def go() -> tuple[list, list, list]:
         engine = create_engine(backend.database_url)
-        sink = usage_sink(engine, None)
+        sink = usage_sink(engine)
         try:
             await migrate(engine)
             await sink.commit(rows, spend_amounts(rows))
@@ -70,7 +70,7 @@ def test_rows_committed_one_at_a_time_land_as_a_batch_of_them_does(backend: Back
 
     async def go() -> dict[str, tuple[list, list, list]]:
         engine = create_engine(backend.database_url)
-        sink = usage_sink(engine, None)
+        sink = usage_sink(engine)
         try:
             await migrate(engine)
             for row in rows_of(alone):

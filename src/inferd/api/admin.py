@@ -19,7 +19,7 @@ router = APIRouter(tags=["admin"])
 async def administration(request: Request) -> Administration:
     """The admin service over this app's stores (it holds nothing of its own; async: no thread hop)."""
     svc = services(request)
-    return Administration(svc.db, svc.keys, svc.orgs, svc.catalogue)
+    return Administration(svc.db, svc.keys, svc.orgs, svc.catalogue, svc.writer.settle)
 
 
 @router.get("/v1/admin/keys", response_model=KeyList)

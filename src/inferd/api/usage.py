@@ -146,6 +146,7 @@ async def usage_query(request: Request, key: KeyRecord = Depends(long_lived_key)
     """The caller's rows (its org's for an admin key) in the window, filtered."""
     since, to = _window(start, end)
     admin = key.type == "admin"
+    await services(request).writer.settle()  # rows whose replies have left, still in a journal
     return UsageQuery(key_ids=await _scope(request, key, key_id), start=since, end=to, model=model,
                       workspace=workspace, deployment=deployment, metadata=_metadata(metadata),
                       user_id=user_id if admin and user_id else None)

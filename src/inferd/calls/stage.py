@@ -29,7 +29,7 @@ from inferd.calls.route import PacedRoute, Route
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, Engine
 from inferd.errors import EngineError, EngineTimeout, EngineUnavailable, InferdError, ModelOverloaded, RelayedError
-from inferd.metering import Usage, UsageWriter, usage_for
+from inferd.metering import Usage, UsageRecorder, usage_for
 from inferd.observe.metrics import Metrics
 from inferd.observe.requests import current
 from inferd.store.keys import KeyRecord
@@ -95,7 +95,7 @@ def failover_reason(exc: InferdError) -> str | None:
 class CallStage:
     """Routes, fails over and meters engine calls."""
 
-    def __init__(self, catalogue: ModelCatalogue, writer: UsageWriter, metrics: Metrics) -> None:
+    def __init__(self, catalogue: ModelCatalogue, writer: UsageRecorder, metrics: Metrics) -> None:
         self._catalogue = catalogue
         self._writer = writer
         self.metrics = metrics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 import click
@@ -14,6 +15,7 @@ from inferd.cli.common import run_with_db, settings_from_env
 from inferd.errors import InvalidRequest
 from inferd.store.db import utcnow
 from inferd.store.usage import SummaryGroup, UsageQuery, UsageRepository, order_groups
+from inferd.store.usage_journal import settle_path
 
 CLI_GROUPS = (*GROUPS, "deployment")
 
@@ -54,6 +56,8 @@ def usage(access_key_id: str | None, org_slug: str | None, group_by: str, start:
         raise click.BadParameter("must be strictly after --from", param_hint="--to")
 
     async def work(engine: AsyncEngine) -> list[SummaryGroup]:
+        if engine.dialect.name == "sqlite" and engine.url.database:  # the servers' rows still in journals
+            await asyncio.to_thread(settle_path, engine.url.database)
         repo = UsageRepository(engine)
         if org_slug is not None:
             key_ids = await repo.org_key_ids(org_slug)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -57,14 +57,17 @@ def _wall_clock(monotonic_s: float) -> str | None:
 class Administration:
     """What an admin key may read and change, all within its own org."""
 
-    def __init__(self, db: AsyncEngine, keys: KeyRepository, orgs: OrgRepository, catalogue: ModelCatalogue) -> None:
+    def __init__(self, db: AsyncEngine, keys: KeyRepository, orgs: OrgRepository, catalogue: ModelCatalogue,
+                 settle_usage: Callable[[], Awaitable[None]]) -> None:
         self._db = db
+        self._settle_usage = settle_usage  # before a read of spend: rows still in a journal count
         self._keys = keys
         self._orgs = orgs
         self._catalogue = catalogue
 
     async def list_keys(self, admin: KeyRecord) -> list[dict[str, Any]]:
         """The org's application and admin keys, oldest first, revoked ones included."""
+        await self._settle_usage()
         return [key_object(view) for view in await self._keys.administered(admin.org_id, current_month())]
 
     async def get_key(self, admin: KeyRecord, access_key_id: str) -> dict[str, Any]:
@@ -72,6 +75,7 @@ class Administration:
         return key_object(await self._view(admin, access_key_id))
 
     async def _view(self, admin: KeyRecord, access_key_id: str) -> KeyView:
+        await self._settle_usage()
         found = await self._keys.administered(admin.org_id, current_month(), access_key_id)
         if not found:
             raise NotFound(f"No key '{access_key_id}' in your organisation", code="key_not_found")

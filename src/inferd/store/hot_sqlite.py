@@ -24,6 +24,11 @@ class HotSqlite:
         self._conn: sqlite3.Connection | None = None
 
     @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    @property
     def conn(self) -> sqlite3.Connection:
         """The connection, opened on first use."""
         if self._conn is None:

@@ -80,6 +80,13 @@ key_spend = Table(
     Column("spend_usd", Float, nullable=False),
 )
 
+# How far each usage journal of a SQLite database is folded into the tables (store/usage_journal.py).
+usage_journal = Table(
+    "usage_journal", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("folded", BigInteger, nullable=False),  # bytes of the journal already written
+)
+
 # End users' saved conversations (issue 6). One row per conversation, one row per message, never a
 # JSON blob per conversation. A message's `active` flag means "on the visible branch": exactly the
 # rows of the active root-to-leaf path are active, so a page of the thread is one indexed read.
