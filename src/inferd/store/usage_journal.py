@@ -57,6 +57,14 @@ def _write_rows(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
         conn.executemany(sql, parameters)
 
 
+def _unlink(path: Path) -> None:
+    """Delete a journal; another process's `settle` may have deleted it first."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def _decode(line: bytes) -> dict[str, Any] | None:
     try:
         row = orjson.loads(line)
@@ -138,10 +146,11 @@ class JournalFile:
     def fold(self, conn: sqlite3.Connection) -> int:
         """Write the pending rows, and how far the journal is folded, in one transaction; the
         number of rows it wrote. Rows appended while it runs (from another thread) stay pending."""
-        count = len(self.pending)
+        pending = self.pending  # the list a failed write may replace meanwhile (on the loop)
+        count = len(pending)
         if not count:
             return 0
-        batch = self.pending[:count]
+        batch = pending[:count]
         with _Transaction(conn):
             row = conn.execute(_FOLDED, (self.name,)).fetchone()
             folded = row[0] if row else 0
@@ -149,7 +158,7 @@ class JournalFile:
             if rows:
                 _write_rows(conn, rows)
             conn.execute(_MARK, (self.name, max(folded, batch[-1][1])))
-        del self.pending[:count]
+        del pending[:count]
         return len(rows)
 
     def rotate_if_long(self) -> None:
@@ -159,7 +168,7 @@ class JournalFile:
             return
         old_fd, old_name = self._fd, self.name
         self.open()
-        os.unlink(self._dir / old_name)
+        _unlink(self._dir / old_name)
         os.close(old_fd)
 
     def close(self) -> None:
@@ -167,10 +176,7 @@ class JournalFile:
         if self._fd < 0:
             return
         if not self.pending:
-            try:
-                os.unlink(self._dir / self.name)
-            except FileNotFoundError:
-                pass
+            _unlink(self._dir / self.name)
         os.close(self._fd)
         self._fd = -1
 
@@ -263,7 +269,7 @@ def settle(conn: sqlite3.Connection, database_path: str) -> int:
                 if length:
                     conn.execute(_MARK, (name, start + length))
         for name in gone:  # folded and committed; a line cut short was never acknowledged
-            os.unlink(directory / name)
+            _unlink(directory / name)
     finally:
         for fd in gone.values():
             os.close(fd)
