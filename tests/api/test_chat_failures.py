@@ -114,6 +114,25 @@ def test_client_disconnect_aborts_upstream_and_bills_what_was_made(server: Serve
 
 
 
+
+def test_a_client_leaving_at_the_first_event_still_aborts_the_upstream(server: Server, app_key: str,
+                                                                      upstream: Upstream) -> None:
+    """The server starts watching for a disconnect a little into a stream (most streams end
+    before): a client gone before then is noticed all the same, and the engine stops."""
+    key = server.create_key()
+    with httpx.stream("POST", server.v1 + "/chat/completions", headers=auth(key),
+                      json={"model": "mock-drip", "messages": HELLO, "stream": True}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                break  # leave at once, at the first event
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not server.usage_rows(key):
+        time.sleep(0.05)
+    rows = server.usage_rows(key)
+    assert [row["status_code"] for row in rows] == [499]
+    assert rows[0]["completion_tokens"] < 16  # the upstream was stopped, not read to its end
+
+
 def _rename_table(database_url: str, old: str, new: str) -> None:
     """ALTER TABLE ... RENAME on the server's database, behind its back."""
     async def go() -> None:

@@ -74,7 +74,7 @@ class ChatCompletionsRoute(JsonRoute):
             await frames.aclose()  # type: ignore[attr-defined]  # past [DONE]: frees the slot now
         except asyncio.CancelledError:
             # The client disconnected: closing the frames aborts the upstream and bills what was made.
-            if watcher.done() and not watcher.cancelled():
+            if watcher.fired:
                 task.uncancel()
                 await frames.aclose()  # type: ignore[attr-defined]
                 return

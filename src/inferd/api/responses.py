@@ -109,7 +109,7 @@ class ResponsesRoute(JsonRoute):
             await send({"type": "http.response.body", "body": tail, "more_body": False})
         except asyncio.CancelledError:
             # The client disconnected: closing the batches aborts the upstream and bills what was made.
-            if watcher.done() and not watcher.cancelled():
+            if watcher.fired:
                 task.uncancel()
                 await batches.aclose()  # type: ignore[attr-defined]
                 return
