@@ -17,6 +17,7 @@ import pytest
 from inferd.store.db import is_sqlite
 from inferd.store.usage_journal import journal_dir
 from tests.harness import Backend, Server, auth
+from tests.usage.test_cli import cells, inferd_usage
 from tests.usage.conftest import get, ok
 
 BODY = {"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]}
@@ -135,3 +136,21 @@ def test_rows_of_a_killed_server_are_recovered_when_it_starts_again(
         assert dead[0] not in os.listdir(journal_dir(_database(again)))  # and deleted
     finally:
         again.stop()
+
+
+def test_the_cli_report_folds_a_killed_server_s_journal(
+        tmp_path: Path, sqlite_backend: Backend, config_file: Path) -> None:
+    server = Server.start(tmp_path, sqlite_backend, config_file)
+    key = server.create_key()
+    try:
+        assert _chat(server, key).status_code == 200
+        server.stop(signal.SIGKILL)  # within a millisecond or two: before the server's own fold
+    finally:
+        server.stop()
+    unfolded = _raw_count(server, key) == 0
+    report = inferd_usage(server, "--key", key.split(":")[0])
+    assert report.returncode == 0, report.stderr
+    assert cells(report.stdout, "mock-chat")[1] == "1"
+    assert _raw_count(server, key) == 1
+    if unfolded:  # the usual case: the report itself folded the dead server's journal, and deleted it
+        assert os.listdir(journal_dir(_database(server))) == []
