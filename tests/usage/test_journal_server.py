@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -154,3 +155,26 @@ def test_the_cli_report_folds_a_killed_server_s_journal(
     assert _raw_count(server, key) == 1
     if unfolded:  # the usual case: the report itself folded the dead server's journal, and deleted it
         assert os.listdir(journal_dir(_database(server))) == []
+
+
+def test_replies_do_not_wait_for_another_writer_and_a_report_waits_for_their_rows(journaled: Server) -> None:
+    """Another connection holds SQLite's write lock: replies go out at once (their rows wait in
+    the journal, not for a commit), and a report asked meanwhile waits for the lock, then has them."""
+    key = journaled.create_key()
+    blocker = sqlite3.connect(_database(journaled), isolation_level=None, timeout=30)
+    report: dict[str, httpx.Response] = {}
+    asking = threading.Thread(target=lambda: report.update(reply=get(journaled, key)))
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        assert _chat(journaled, key).status_code == 200
+        assert _chat(journaled, key, stream=True).text.rstrip().endswith("[DONE]")
+        assert time.monotonic() - started < 2.0  # no reply waited for the lock
+        asking.start()
+        asking.join(1.5)
+        assert asking.is_alive()  # the report waits to fold the rows
+    finally:
+        blocker.execute("COMMIT")
+        blocker.close()
+    asking.join(30)
+    assert len(ok(report["reply"])["data"]) == 2
