@@ -275,21 +275,32 @@ class UsageWriter:
 _SQLITE_SPEND = "SELECT spend_usd FROM key_spend WHERE key_id = ? AND month = ?"
 
 
+async def settle_journals(hot: HotSqlite) -> None:
+    """Fold every usage journal of the database now (store/usage_journal.py `settle`): on the
+    loop's own connection, or in a thread that waits while another process holds the write lock."""
+    try:
+        settle(hot.conn, hot.path)
+    except sqlite3.OperationalError as exc:
+        if not is_busy(exc):
+            raise
+        await asyncio.to_thread(settle_path, hot.path)
+
+
 async def load_spend(engine: AsyncEngine, key_id: str, month: str, hot: HotSqlite | None = None) -> float:
     """A key's committed spend for a month, from the rollup table (every process's commits).
 
     The spend counters re-read this once a second per key on the request path, so on SQLite it
     reads through the hot connection: a unique-index read in WAL mode takes microseconds and
-    never waits on writers (a busy database falls back to the async engine, which may wait)."""
+    never waits on writers (a busy database falls back to the async engine, which may wait).
+    Rows still in a journal count (their replies have left): they are folded first."""
     if hot is not None:
+        await settle_journals(hot)
         try:
-            settle(hot.conn, hot.path)  # rows still in a journal count (their replies have left)
             row = hot.conn.execute(_SQLITE_SPEND, (key_id, month)).fetchone()
             return float(row[0]) if row else 0.0
         except sqlite3.OperationalError as exc:
             if not is_busy(exc):
                 raise
-        await asyncio.to_thread(settle_path, hot.path)
     async with engine.connect() as conn:
         value = (await conn.execute(select(key_spend.c.spend_usd).where(
             key_spend.c.key_id == key_id, key_spend.c.month == month))).scalar()

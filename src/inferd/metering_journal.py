@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from inferd.limits.base import SpendCounter
-from inferd.metering import Usage
+from inferd.metering import Usage, settle_journals
 from inferd.observe.metrics import Metrics
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.usage_journal import JournalFile, settle, settle_path
@@ -35,8 +35,7 @@ class JournaledUsageWriter:
 
     def __init__(self, hot: HotSqlite, spend: SpendCounter, metrics: Metrics) -> None:
         self._hot = hot
-        self._path = hot.path
-        self._journal = JournalFile(self._path)
+        self._journal = JournalFile(hot.path)
         self._spend = spend
         self._metrics = metrics
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-sqlite")
@@ -55,7 +54,7 @@ class JournaledUsageWriter:
         """Open this process's journal and fold what dead processes left in theirs."""
         self._loop = asyncio.get_running_loop()
         self._journal.open()
-        recovered = settle_path(self._path)
+        recovered = settle_path(self._hot.path)
         if recovered:
             log.info("folded %d usage rows left in the journals of stopped processes", recovered)
 
@@ -80,12 +79,7 @@ class JournaledUsageWriter:
     async def settle(self) -> None:
         """Fold every process's journal now: a read of usage or spend after this sees every row
         whose reply has left."""
-        try:
-            settle(self._hot.conn, self._path)
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc):
-                raise
-            await self._loop.run_in_executor(self._executor, settle_path, self._path)
+        await settle_journals(self._hot)
         self._journal.orphaned = False
 
     def _fold_due(self) -> None:
@@ -110,13 +104,13 @@ class JournaledUsageWriter:
 
     def _fold(self, conn: sqlite3.Connection) -> None:
         if self._journal.orphaned:  # a journal left after a failed write holds pending rows
-            settle(conn, self._path)
+            settle(conn, self._hot.path)
             self._journal.orphaned = False
         self._journal.fold(conn)
 
     def _fold_waiting(self) -> None:
         if self._threaded is None:
-            self._threaded = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            self._threaded = sqlite3.connect(self._hot.path, isolation_level=None, check_same_thread=False)
             self._threaded.execute("PRAGMA busy_timeout=30000")
         self._fold(self._threaded)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import sqlite3
 from datetime import datetime
 from pathlib import Path
@@ -154,3 +155,35 @@ def test_a_long_journal_is_replaced_once_folded(database: str, monkeypatch: pyte
         conn.close()
         writer.close()
     assert len(_stored(database)) == 6
+
+
+def test_rows_before_a_failed_write_are_folded_from_the_journal_it_leaves(database: str) -> None:
+    """A write cut short (the file size limit lowered under it, as a full disk would) raises; the
+    journal is left with its complete lines, unlocked, and rows go on in a new one. A `settle`
+    folds the old one's rows and deletes it; the cut line is never folded."""
+    writer = JournalFile(database)
+    writer.open()
+    for row in _rows("GGG:s", 2):
+        writer.append(row)
+    first = writer.name
+    length = (journal_dir(database) / first).stat().st_size
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (length + 10, limit[1]))
+    try:
+        with pytest.raises(OSError):
+            writer.append(_rows("GGG:s", 1, minute=7)[0])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert writer.orphaned and writer.pending == [] and writer.name != first
+    assert (journal_dir(database) / first).stat().st_size == length + 10  # the cut line is there
+    writer.append(_rows("GGG:s", 1, minute=8)[0])
+    assert settle_path(database) == 3  # the old journal's two rows, and the new one's row
+    assert not (journal_dir(database) / first).exists()
+    conn = _connect(database)
+    try:
+        assert writer.fold(conn) == 0  # its own row was folded by the settle
+    finally:
+        conn.close()
+        writer.close()
+    assert len(_stored(database)) == 3
+    assert _spend(database) == {("GGG", "2026-03"): 1.5}

@@ -106,10 +106,5 @@ class DisconnectWatch:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._watcher is not None and not self.fired:
+        if self._watcher is not None:
             self._watcher.cancel()
-
-
-def watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> DisconnectWatch:
-    """Cancel `task` when the client disconnects (after the body was read)."""
-    return DisconnectWatch(receive, task)

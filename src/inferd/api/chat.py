@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, response_start, send_bytes, send_error,
-                             watch_disconnect)
+from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive, Scope, Send, response_start, send_bytes,
+                             send_error)
 from inferd.api.checks import check_chat, check_metadata
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
@@ -48,7 +48,7 @@ class ChatCompletionsRoute(JsonRoute):
         frames = self._chat.stream(call)
         task = asyncio.current_task()
         assert task is not None
-        watcher = watch_disconnect(receive, task)
+        watcher = DisconnectWatch(receive, task)
         try:
             try:
                 first = await frames.__anext__()

@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import orjson
 
-from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, header, note_rejection, response_start,
-                             send_bytes, watch_disconnect)
+from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive, Scope, Send, header, note_rejection,
+                             response_start, send_bytes)
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
 from inferd.calls.stage import CallStage
@@ -94,7 +94,7 @@ class MessagesRoute(AnthropicRoute):
         stream = MessageStream(thinking, self._cached_counts(call, key))
         task = asyncio.current_task()
         assert task is not None
-        watcher = watch_disconnect(receive, task)
+        watcher = DisconnectWatch(receive, task)
         try:
             try:
                 first, *rest = await batches.__anext__()

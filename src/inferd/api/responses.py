@@ -17,8 +17,8 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, Receive, Scope, Send, response_start, send_bytes, send_error,
-                             watch_disconnect)
+from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive, Scope, Send, response_start, send_bytes,
+                             send_error)
 from inferd.api.deps import long_lived_key, services
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.principal import Authenticator
@@ -83,7 +83,7 @@ class ResponsesRoute(JsonRoute):
         stream = ResponseStream(translated, self._cached_counts(call, key))
         task = asyncio.current_task()
         assert task is not None
-        watcher = watch_disconnect(receive, task)
+        watcher = DisconnectWatch(receive, task)
         try:
             try:
                 first, *rest = await batches.__anext__()

@@ -196,24 +196,28 @@ def _anything_to_do(conn: sqlite3.Connection, directory: Path) -> bool:
             size = os.stat(directory / name).st_size
         except FileNotFoundError:
             continue
-        if size != folded.get(name, 0) or _owner_gone(directory / name):
+        if size != folded.get(name, 0):
             return True
+        opened = _open(directory / name)
+        if opened is not None:
+            os.close(opened[0])
+            if opened[1]:
+                return True
     return False
 
 
-def _owner_gone(path: Path) -> bool:
-    """Whether no live process holds the journal's lock."""
+def _open(path: Path) -> tuple[int, bool] | None:
+    """A journal opened for reading, and whether its writer is gone (then the descriptor holds
+    the writer's lock, until it is closed); None when it was deleted meanwhile."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return False  # deleted meanwhile: nothing to do
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+        return fd, False  # its writer lives
+    return fd, True
 
 
 def _complete_rows(name: str, data: bytes) -> tuple[list[dict[str, Any]], int]:
@@ -247,20 +251,17 @@ def settle(conn: sqlite3.Connection, database_path: str) -> int:
             for name in set(folded) - set(names):  # journals deleted since they were folded
                 conn.execute("DELETE FROM usage_journal WHERE name = ?", (name,))
             for name in names:
-                try:
-                    fd = os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)
-                except FileNotFoundError:
+                opened = _open(directory / name)
+                if opened is None:
                     continue
+                fd, writer_gone = opened
+                if writer_gone:
+                    gone[name] = fd  # closed once it is deleted
+                start = folded.get(name, 0)
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    gone[name] = fd
-                except BlockingIOError:
-                    pass  # its writer lives: fold its complete lines, leave the rest to come
-                try:
-                    start = folded.get(name, 0)
                     data = os.pread(fd, max(os.fstat(fd).st_size - start, 0), start)
                 finally:
-                    if name not in gone:
+                    if not writer_gone:  # a live writer's: fold its complete lines, the rest comes later
                         os.close(fd)
                 rows, length = _complete_rows(name, data)
                 if rows:
