@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.cli.keys import create_key
+from inferd.metering_journal_pg import settle_database
 from inferd.store.db import create_engine, migrate
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
@@ -354,18 +355,20 @@ class Server:
 
         _run(self._with_db(work))
 
-    def _settled(self, engine: Any) -> None:
+    async def _settled(self, engine: Any) -> None:
         """Fold the servers' usage journals first, as every reader of usage in inferd does (the
-        rows of replies that have left may still be in a journal on SQLite)."""
+        rows of replies that have left may still be in a journal)."""
         if engine.dialect.name == "sqlite":
-            settle_path(engine.url.database)
+            await asyncio.to_thread(settle_path, engine.url.database)
+        elif engine.dialect.name == "postgresql":
+            await settle_database(engine.url, self.data_dir)
 
     def usage_rows(self, full_key: str) -> list[dict[str, Any]]:
         """Usage rows charged to a key, oldest first."""
         key_id = full_key.split(":")[0]
 
         async def work(engine: Any) -> list[dict[str, Any]]:
-            await asyncio.to_thread(self._settled, engine)
+            await self._settled(engine)
             async with engine.connect() as conn:
                 rows = await conn.execute(select(usage_rows).where(usage_rows.c.key_id == key_id)
                                           .order_by(usage_rows.c.id))
@@ -378,7 +381,7 @@ class Server:
         key_id = full_key.split(":")[0]
 
         async def work(engine: Any) -> float:
-            await asyncio.to_thread(self._settled, engine)
+            await self._settled(engine)
             async with engine.connect() as conn:
                 values = (await conn.execute(select(key_spend.c.spend_usd).where(key_spend.c.key_id == key_id))
                           ).scalars().all()

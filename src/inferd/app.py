@@ -9,7 +9,6 @@ import os
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -57,6 +56,7 @@ from inferd.limits.redis import RedisLimits
 from inferd.limits.resp import connect as connect_redis
 from inferd.metering import UsageRecorder, UsageWriter, load_spend, usage_sink
 from inferd.metering_journal import JournaledUsageWriter
+from inferd.metering_journal_pg import PgJournaledUsageWriter
 from inferd.observe.logs import AccessLog, configure_logging
 from inferd.observe.metrics import Metrics, worker_exited
 from inferd.observe.requests import RequestIds, RequestNote, current, note_request, stamped
@@ -134,16 +134,25 @@ async def build_services(settings: Settings) -> Services:
     db = create_engine(settings.database_url)
     await migrate(db)
     hot = HotSqlite(db.url.database) if db.dialect.name == "sqlite" and db.url.database else None
-    loader = partial(load_spend, db, hot=hot)
+    writer: UsageRecorder | None = None
+
+    async def loader(key_id: str, month: str) -> float:  # rows still in a journal count: settled first
+        if writer is not None:
+            await writer.settle()
+        return await load_spend(db, key_id, month, hot)
+
     if settings.redis_url:
         redis = connect_redis(settings.redis_url)
         limits: Limits = RedisLimits(redis, settings.redis_prefix, loader)
     else:
         limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
     metrics = Metrics()
-    writer: UsageRecorder = (
-        JournaledUsageWriter(hot, limits.spend, metrics) if hot is not None
-        else UsageWriter(usage_sink(db), limits.spend, metrics))
+    if hot is not None:
+        writer = JournaledUsageWriter(hot, limits.spend, metrics)
+    elif db.dialect.name == "postgresql":
+        writer = PgJournaledUsageWriter(db.url, settings.data_dir, limits.spend, metrics)
+    else:  # SQLite in memory (tests): nothing outlives the process anyway
+        writer = UsageWriter(usage_sink(db), limits.spend, metrics)
     writer.start()
     keys = KeyRepository(db, hot=hot, pg_cache=True)
     catalogue = ModelCatalogue(config.models, registry)

@@ -1,10 +1,10 @@
-"""Pricing, usage rows and spend: one writer that group-commits.
+"""Pricing, usage rows and spend, and the writer of a database without a journal.
 
-Every metered reply waits for its own row's commit before it finishes (before `[DONE]` on a
-stream), so a crash can never lose the row of a reply the client received. All rows waiting
-when the writer wakes go in one transaction, which keeps that durability cheap under load.
-A file-backed SQLite database has a writer of its own (metering_journal.py): the row waits in
-a journal file, not in a commit.
+Every metered reply waits until its own row is durable before it finishes (before `[DONE]` on a
+stream), so a crash can never lose the row of a reply the client received. A file-backed SQLite
+database and PostgreSQL make it durable in a journal file (metering_journal.py,
+metering_journal_pg.py). The writer here (SQLite in memory) commits it: all rows waiting when it
+wakes go in one transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import asyncpg
 import orjson
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -28,9 +27,7 @@ from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.keys import KeyRecord
 from inferd.store.tables import key_spend
-from inferd.store.usage_journal import settle, settle_path
-from inferd.store.usage_write import (PG_ONE_ROW_WRITE, PG_USAGE_WRITE, Amounts, UsageWrites, pg_one_row_arguments,
-                                      pg_usage_arguments, spend_amounts)
+from inferd.store.usage_write import Amounts, UsageWrites, spend_amounts
 
 log = logging.getLogger("inferd.metering")
 
@@ -77,7 +74,7 @@ class Usage:
 
 
 class SqlAlchemySink:
-    """Commits batches through the async engine (PostgreSQL: asyncpg, no thread hops)."""
+    """Commits batches through the async engine."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -93,48 +90,12 @@ class SqlAlchemySink:
         """Nothing of its own to release."""
 
 
-class PostgresSink:
-    """Commits batches on PostgreSQL over one asyncpg connection of its own: each batch is one
-    statement in autocommit (`PG_USAGE_WRITE`: the rows, the rollup and the spend together), one
-    round trip with no SQLAlchemy or transaction bookkeeping around it. A broken connection is
-    dropped and the next attempt (the writer retries) opens a new one."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        self._conn: asyncpg.Connection | None = None
-        self._lock = asyncio.Lock()  # one statement at a time on the connection
-
-    async def commit(self, rows: list[dict[str, Any]], amounts: Amounts) -> None:
-        """Insert the rows and add to the spend and usage rollups in one statement."""
-        if len(rows) == 1:  # a lone call's row: scalar parameters cost a third of the arrays' CPU
-            statement, arguments = PG_ONE_ROW_WRITE, pg_one_row_arguments(rows[0])
-        else:
-            statement, arguments = PG_USAGE_WRITE, pg_usage_arguments(rows, amounts)
-        async with self._lock:
-            if self._conn is None or self._conn.is_closed():
-                self._conn = await asyncpg.connect(self._dsn)
-            try:
-                await self._conn.execute(statement, *arguments)
-            except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError):
-                conn, self._conn = self._conn, None
-                conn.terminate()
-                raise
-
-    async def close(self) -> None:
-        """Close the connection."""
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
-
-
-UsageSink = SqlAlchemySink | PostgresSink
+UsageSink = SqlAlchemySink
 
 
 def usage_sink(engine: AsyncEngine) -> UsageSink:
-    """The fastest sink for the engine's database (a file-backed SQLite database has a journal
-    instead: metering_journal.py)."""
-    if engine.dialect.name == "postgresql":
-        return PostgresSink(engine)
+    """The sink of a database without a journal (SQLite in memory; a file-backed SQLite database
+    and PostgreSQL have journals instead: metering_journal.py, metering_journal_pg.py)."""
     return SqlAlchemySink(engine)
 
 
@@ -275,26 +236,14 @@ class UsageWriter:
 _SQLITE_SPEND = "SELECT spend_usd FROM key_spend WHERE key_id = ? AND month = ?"
 
 
-async def settle_journals(hot: HotSqlite) -> None:
-    """Fold every usage journal of the database now (store/usage_journal.py `settle`): on the
-    loop's own connection, or in a thread that waits while another process holds the write lock."""
-    try:
-        settle(hot.conn, hot.path)
-    except sqlite3.OperationalError as exc:
-        if not is_busy(exc):
-            raise
-        await asyncio.to_thread(settle_path, hot.path)
-
-
 async def load_spend(engine: AsyncEngine, key_id: str, month: str, hot: HotSqlite | None = None) -> float:
     """A key's committed spend for a month, from the rollup table (every process's commits).
 
     The spend counters re-read this once a second per key on the request path, so on SQLite it
     reads through the hot connection: a unique-index read in WAL mode takes microseconds and
     never waits on writers (a busy database falls back to the async engine, which may wait).
-    Rows still in a journal count (their replies have left): they are folded first."""
+    Rows still in a journal count (their replies have left): the caller settles them first."""
     if hot is not None:
-        await settle_journals(hot)
         try:
             row = hot.conn.execute(_SQLITE_SPEND, (key_id, month)).fetchone()
             return float(row[0]) if row else 0.0

@@ -1,11 +1,13 @@
-"""The usage writer of a SQLite deployment: a row is durable in the journal before the reply,
-and folded into the tables many rows at a time (store/usage_journal.py says why and how).
+"""The usage writers of a file-backed deployment: a row is durable in the journal before the
+reply, and folded into the tables many rows at a time (store/usage_journal.py says why and how).
 
 A reply waits for one `write` of its row, not for a commit: the commit of one row was most of a
 proxied call's CPU at concurrency 1 (issue 15). The rows are folded FOLD_DELAY after the first of
-them, on the event loop's own connection (a fold of a few rows takes tens of microseconds, cheaper
-than a hop to a thread), or in a thread that waits when another process holds the write lock.
-Readers of usage or spend call `settle` first, so they see every row whose reply has left.
+them. Readers of usage or spend call `settle` first, so they see every row whose reply has left.
+This module holds what both writers share and SQLite's, which folds on the event loop's own
+connection (a fold of a few rows takes tens of microseconds, cheaper than a hop to a thread), or
+in a thread that waits when another process holds the write lock. PostgreSQL's is in
+metering_journal_pg.py.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from inferd.limits.base import SpendCounter
-from inferd.metering import Usage, settle_journals
+from inferd.metering import Usage
 from inferd.observe.metrics import Metrics
 from inferd.store.hot_sqlite import HotSqlite, is_busy
-from inferd.store.usage_journal import JournalFile, settle, settle_path
+from inferd.store.usage_journal import JournalFile, journal_dir, settle, settle_path
 from inferd.store.usage_write import spend_amounts
 
 log = logging.getLogger("inferd.metering")
@@ -30,18 +32,26 @@ FOLD_AT_ONCE = 512  # this many pending rows fold without waiting for the delay
 _RETRY_CAP = 5.0  # seconds between attempts while folds keep failing (the rows wait in the journal)
 
 
-class JournaledUsageWriter:
-    """Appends each call's row to this process's journal; folds them in batches."""
+async def settle_journals(hot: HotSqlite) -> None:
+    """Fold every usage journal of a SQLite database now (store/usage_journal.py `settle`): on the
+    loop's own connection, or in a thread that waits while another process holds the write lock."""
+    try:
+        settle(hot.conn, hot.path)
+    except sqlite3.OperationalError as exc:
+        if not is_busy(exc):
+            raise
+        await asyncio.to_thread(settle_path, hot.path)
 
-    def __init__(self, hot: HotSqlite, spend: SpendCounter, metrics: Metrics) -> None:
-        self._hot = hot
-        self._journal = JournalFile(hot.path)
+
+class JournalWriter:
+    """Appends each call's row to this process's journal and schedules folds; a subclass folds."""
+
+    def __init__(self, journal: JournalFile, spend: SpendCounter, metrics: Metrics) -> None:
+        self._journal = journal
         self._spend = spend
         self._metrics = metrics
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-sqlite")
-        self._threaded: sqlite3.Connection | None = None  # the thread's connection, which waits for locks
         self._timer: asyncio.TimerHandle | None = None
-        self._folding: asyncio.Task[None] | None = None  # a fold in the thread
+        self._folding: asyncio.Task[None] | None = None  # a fold under way off the event loop's thread
         self._failures = 0
         self.active = 0  # metered calls under way (kept by callers; the group commit's hint elsewhere)
 
@@ -49,14 +59,6 @@ class JournaledUsageWriter:
     def pending(self) -> int:
         """Rows durable in the journal, not folded yet (`inferd_usage_rows_pending`)."""
         return len(self._journal.pending)
-
-    def start(self) -> None:
-        """Open this process's journal and fold what dead processes left in theirs."""
-        self._loop = asyncio.get_running_loop()
-        self._journal.open()
-        recovered = settle_path(self._hot.path)
-        if recovered:
-            log.info("folded %d usage rows left in the journals of stopped processes", recovered)
 
     async def record(self, usage: Usage) -> None:
         """Make the row durable (one write to the journal) and count it; raises OSError when the
@@ -76,6 +78,49 @@ class JournaledUsageWriter:
             except Exception as exc:  # the row is safe; counters reseed from the database
                 log.warning("spend counter update failed: %s", exc)
 
+    def _fold_due(self) -> None:
+        """Fold the pending rows now (the timer's callback)."""
+        raise NotImplementedError
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _folded(self, began: float) -> None:
+        self._metrics.commit_seconds(time.perf_counter() - began)
+        self._failures = 0
+        try:
+            self._journal.rotate_if_long()
+        except OSError as exc:
+            log.warning("could not replace the usage journal: %s", exc)
+        if self._journal.pending and self._timer is None:  # rows that came during a fold off the loop
+            self._timer = self._loop.call_later(FOLD_DELAY, self._fold_due)
+
+    def _failed(self, exc: BaseException) -> None:
+        self._failures += 1
+        log.warning("usage fold failed (attempt %d); the rows wait in the journal: %s", self._failures, exc)
+        if self._timer is None:
+            self._timer = self._loop.call_later(min(FOLD_DELAY * 2 ** self._failures, _RETRY_CAP), self._fold_due)
+
+
+class JournaledUsageWriter(JournalWriter):
+    """SQLite's: folds on the loop's connection, or in a thread while another process writes."""
+
+    def __init__(self, hot: HotSqlite, spend: SpendCounter, metrics: Metrics) -> None:
+        super().__init__(JournalFile(journal_dir(hot.path)), spend, metrics)
+        self._hot = hot
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-sqlite")
+        self._threaded: sqlite3.Connection | None = None  # the thread's connection, which waits for locks
+
+    def start(self) -> None:
+        """Open this process's journal and fold what dead processes left in theirs."""
+        self._loop = asyncio.get_running_loop()
+        self._journal.open()
+        recovered = settle_path(self._hot.path)
+        if recovered:
+            log.info("folded %d usage rows left in the journals of stopped processes", recovered)
+
     async def settle(self) -> None:
         """Fold every process's journal now: a read of usage or spend after this sees every row
         whose reply has left."""
@@ -83,9 +128,7 @@ class JournaledUsageWriter:
         self._journal.orphaned = False
 
     def _fold_due(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timer()
         if not self._journal.pending and not self._journal.orphaned:
             return
         began = time.perf_counter()
@@ -124,33 +167,13 @@ class JournaledUsageWriter:
         self._folding = None
         self._folded(began)
 
-    def _folded(self, began: float) -> None:
-        self._metrics.commit_seconds(time.perf_counter() - began)
-        self._failures = 0
-        try:
-            self._journal.rotate_if_long()
-        except OSError as exc:
-            log.warning("could not replace the usage journal: %s", exc)
-        if self._journal.pending and self._timer is None:  # rows that came during a fold in the thread
-            self._timer = self._loop.call_later(FOLD_DELAY, self._fold_due)
-
-    def _failed(self, exc: BaseException) -> None:
-        self._failures += 1
-        log.warning("usage fold failed (attempt %d); the rows wait in the journal: %s", self._failures, exc)
-        if self._timer is None:
-            self._timer = self._loop.call_later(min(FOLD_DELAY * 2 ** self._failures, _RETRY_CAP), self._fold_due)
-
     async def close(self) -> None:
         """Fold what is pending (waiting for the lock) and stop; rows a failing database could
         not take stay in the journal for the next start."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timer()
         if self._folding is not None:
             await self._folding
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._cancel_timer()
         try:
             await self._loop.run_in_executor(self._executor, self._fold_waiting)
         except Exception as exc:

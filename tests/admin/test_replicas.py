@@ -16,12 +16,14 @@ LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory, backend: Backend, config_file: Path) -> Iterator[list[Server]]:
-    """Two replicas sharing the run's database and a Redis (the local one when the run has none)."""
+    """Two replicas sharing the run's database, a Redis (the local one when the run has none) and
+    the data dir (CONTRACT.md: replicas share it)."""
     shared = Backend(backend.database_url, backend.redis_url or LOCAL_REDIS, backend.redis_prefix + "admin:")
+    data_dir = tmp_path_factory.mktemp("admin-replicas")
     servers: list[Server] = []
     try:
         for _ in range(2):
-            servers.append(Server.start(tmp_path_factory.mktemp("admin-replica"), shared, config_file))
+            servers.append(Server.start(data_dir, shared, config_file))
         yield servers
     finally:
         for server in servers:

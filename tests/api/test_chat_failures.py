@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import resource
 import time
@@ -12,9 +11,6 @@ import httpx
 import openai
 import orjson
 import pytest
-from sqlalchemy import text
-
-from inferd.store.db import create_engine
 from tests.fakes.upstream import REPLY_WORDS
 from tests.harness import Server, Upstream, auth, own_backend, pg_drop_database
 
@@ -133,42 +129,21 @@ def test_a_client_leaving_at_the_first_event_still_aborts_the_upstream(server: S
     assert rows[0]["completion_tokens"] < 16  # the upstream was stopped, not read to its end
 
 
-def _rename_table(database_url: str, old: str, new: str) -> None:
-    """ALTER TABLE ... RENAME on the server's database, behind its back."""
-    async def go() -> None:
-        engine = create_engine(database_url)
-        try:
-            async with engine.begin() as conn:
-                await conn.execute(text(f"ALTER TABLE {old} RENAME TO {new}"))
-        finally:
-            await engine.dispose()
-
-    asyncio.run(go())
-
-
 def test_a_stream_whose_row_cannot_be_made_durable_gets_its_last_events_then_an_error(
         tmp_path: Path, config_file: Path) -> None:
-    """A stream's last events go out with `[DONE]` once its usage row is durable: committed on
-    PostgreSQL, written to the usage journal on SQLite. When that fails while the stream runs (on
-    PostgreSQL the usage table renamed away; on SQLite the journal cannot be written: the server's
-    file size limit is lowered under it, as a full disk would refuse), the client still gets every
-    event the engine sent, then the error frame, and no `[DONE]`."""
+    """A stream's last events go out with `[DONE]` once its usage row is durable: written to the
+    usage journal (on SQLite and on PostgreSQL). When that fails while the stream runs (the
+    server's file size limit is lowered under it, as a full disk would refuse), the client still
+    gets every event the engine sent, then the error frame, and no `[DONE]`."""
     backend, pg_name = own_backend(tmp_path, "commitfail")
     server = Server.start(tmp_path, backend, config_file)
-    sqlite = pg_name is None
     limit = resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE)
 
     def refuse() -> None:
-        if sqlite:
-            resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, (1, limit[1]))
-        else:
-            _rename_table(backend.database_url, "usage_rows", "usage_rows_away")
+        resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, (1, limit[1]))
 
     def mend() -> None:
-        if sqlite:
-            resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, limit)
-        else:
-            _rename_table(backend.database_url, "usage_rows_away", "usage_rows")
+        resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, limit)
 
     try:
         key = server.create_key()

@@ -61,7 +61,7 @@ def _rows(key: str, count: int, minute: int = 0) -> list[dict]:
 
 
 def test_rows_of_two_writers_fold_once_whoever_folds_them(database: str) -> None:
-    first, second = JournalFile(database), JournalFile(database)
+    first, second = JournalFile(journal_dir(database)), JournalFile(journal_dir(database))
     first.open()
     second.open()
     conn = _connect(database)
@@ -92,7 +92,7 @@ def test_rows_of_two_writers_fold_once_whoever_folds_them(database: str) -> None
 
 
 def test_a_gone_writers_journal_is_folded_then_deleted_and_its_cut_line_skipped(database: str) -> None:
-    gone = JournalFile(database)
+    gone = JournalFile(journal_dir(database))
     gone.open()
     for row in _rows("CCC:s", 4):
         gone.append(row)
@@ -100,7 +100,7 @@ def test_a_gone_writers_journal_is_folded_then_deleted_and_its_cut_line_skipped(
     with open(path, "ab") as journal:
         journal.write(b'{"org":"usage-tests","key_id":"CCC","cost_usd":0.5,"crea')  # died in a write
     os.close(gone._fd)  # the process is gone: its lock goes with it, nothing folded, nothing deleted
-    live = JournalFile(database)
+    live = JournalFile(journal_dir(database))
     live.open()
     live.append(_rows("DDD:s", 1)[0])
     assert settle_path(database) == 5
@@ -113,7 +113,7 @@ def test_a_gone_writers_journal_is_folded_then_deleted_and_its_cut_line_skipped(
 
 
 def test_a_fold_that_fails_keeps_its_rows_for_the_next(database: str) -> None:
-    writer = JournalFile(database)
+    writer = JournalFile(journal_dir(database))
     writer.open()
     for row in _rows("EEE:s", 2):
         writer.append(row)
@@ -133,7 +133,7 @@ def test_a_fold_that_fails_keeps_its_rows_for_the_next(database: str) -> None:
 
 def test_a_long_journal_is_replaced_once_folded(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(usage_journal, "ROTATE_BYTES", 1000)
-    writer = JournalFile(database)
+    writer = JournalFile(journal_dir(database))
     writer.open()
     first_name = writer.name
     conn = _connect(database)
@@ -161,7 +161,7 @@ def test_rows_before_a_failed_write_are_folded_from_the_journal_it_leaves(databa
     """A write cut short (the file size limit lowered under it, as a full disk would) raises; the
     journal is left with its complete lines, unlocked, and rows go on in a new one. A `settle`
     folds the old one's rows and deletes it; the cut line is never folded."""
-    writer = JournalFile(database)
+    writer = JournalFile(journal_dir(database))
     writer.open()
     for row in _rows("GGG:s", 2):
         writer.append(row)

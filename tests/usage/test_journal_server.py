@@ -1,9 +1,10 @@
-"""The usage journal in the running server (SQLite): a reply's row is durable before the reply,
-visible to every reader at once, folded by the server on its own, kept while the database
-refuses it, and recovered after the server is killed."""
+"""The usage journal in the running server, on SQLite and on PostgreSQL: a reply's row is durable
+before the reply, visible to every reader at once, folded by the server on its own, kept while
+the database refuses it, and recovered after the server is killed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -12,9 +13,12 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import asyncpg
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
+from inferd.metering_journal_pg import pg_dsn, pg_journal_dir
 from inferd.store.db import is_sqlite
 from inferd.store.usage_journal import journal_dir
 from tests.harness import Backend, Server, auth
@@ -25,31 +29,70 @@ BODY = {"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @pytest.fixture()
-def sqlite_backend(tmp_path: Path, backend: Backend) -> Backend:
-    """A SQLite database of the test's own (the journal is SQLite's; PostgreSQL commits per reply)."""
-    if not is_sqlite(backend.database_url):
-        pytest.skip("the usage journal is SQLite's")
-    return Backend(f"sqlite:///{tmp_path / 'journal.db'}", backend.redis_url, backend.redis_prefix + "journal:")
+def store(tmp_path: Path, backend: Backend) -> Backend:
+    """SQLite: a database file of the test's own. PostgreSQL: the run's database (its journals are
+    in each server's data dir)."""
+    if is_sqlite(backend.database_url):
+        return Backend(f"sqlite:///{tmp_path / 'journal.db'}", backend.redis_url, backend.redis_prefix + "journal:")
+    return Backend(backend.database_url, backend.redis_url, backend.redis_prefix + "journal:")
 
 
 @pytest.fixture()
-def journaled(tmp_path: Path, sqlite_backend: Backend, config_file: Path) -> Iterator[Server]:
-    server = Server.start(tmp_path, sqlite_backend, config_file)
+def journaled(tmp_path: Path, store: Backend, config_file: Path) -> Iterator[Server]:
+    server = Server.start(tmp_path, store, config_file)
     try:
         yield server
     finally:
         server.stop()
 
 
-def _database(server: Server) -> str:
-    return server.backend.database_url.split(":///", 1)[1]
+def _sqlite(server: Server) -> str | None:
+    """The SQLite database file, or None on PostgreSQL."""
+    url = server.backend.database_url
+    return url.split(":///", 1)[1] if is_sqlite(url) else None
+
+
+def _journals(server: Server) -> list[str]:
+    """The journals in the server's journal folder."""
+    database = _sqlite(server)
+    folder = journal_dir(database) if database else pg_journal_dir(server.data_dir,
+                                                                   make_url(server.backend.database_url))
+    return sorted(name for name in os.listdir(folder) if name.endswith(".jsonl"))
+
+
+def _pg(server: Server, statement: str, *args: object) -> object:
+    async def run() -> object:
+        conn = await asyncpg.connect(pg_dsn(make_url(server.backend.database_url)))
+        try:
+            return await conn.fetchval(statement, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def _sql(server: Server, statement: str) -> None:
+    """Run a statement on the server's database, in autocommit."""
+    database = _sqlite(server)
+    if database is None:
+        _pg(server, statement)
+        return
+    conn = sqlite3.connect(database, timeout=5, isolation_level=None)
+    try:
+        conn.execute(statement)
+    finally:
+        conn.close()
 
 
 def _raw_count(server: Server, key: str) -> int:
     """Rows of `key` in the table, read without folding anything (what the server folded itself)."""
-    conn = sqlite3.connect(_database(server), timeout=5)
+    key_id = key.split(":")[0]
+    database = _sqlite(server)
+    if database is None:
+        return int(_pg(server, "SELECT count(*) FROM usage_rows WHERE key_id = $1", key_id))  # type: ignore[call-overload]
+    conn = sqlite3.connect(database, timeout=5)
     try:
-        return int(conn.execute("SELECT count(*) FROM usage_rows WHERE key_id = ?", (key.split(":")[0],)).fetchone()[0])
+        return int(conn.execute("SELECT count(*) FROM usage_rows WHERE key_id = ?", (key_id,)).fetchone()[0])
     finally:
         conn.close()
 
@@ -66,7 +109,7 @@ def test_the_server_folds_its_rows_without_a_reader(journaled: Server) -> None:
     while _raw_count(journaled, key) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _raw_count(journaled, key) == 3
-    names = os.listdir(journal_dir(_database(journaled)))
+    names = _journals(journaled)
     assert len(names) == 1 and names[0].startswith(f"{journaled.process.pid}-")  # this process's, locked
 
 
@@ -81,11 +124,10 @@ def test_a_reply_s_row_is_in_the_usage_report_at_once(journaled: Server) -> None
 
 
 def test_another_server_on_the_same_database_sees_the_row_at_once(
-        tmp_path: Path, sqlite_backend: Backend, config_file: Path) -> None:
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    first = Server.start(tmp_path / "a", sqlite_backend, config_file)
-    second = Server.start(tmp_path / "b", sqlite_backend, config_file)
+        tmp_path: Path, store: Backend, config_file: Path) -> None:
+    # Replicas share the data dir (CONTRACT.md); on SQLite they share the database file.
+    first = Server.start(tmp_path, store, config_file)
+    second = Server.start(tmp_path, store, config_file)
     try:
         key = first.create_key()
         seen = []
@@ -100,17 +142,13 @@ def test_another_server_on_the_same_database_sees_the_row_at_once(
 
 def test_rows_wait_in_the_journal_while_the_database_refuses_them(journaled: Server) -> None:
     key = journaled.create_key()
-    conn = sqlite3.connect(_database(journaled), timeout=5, isolation_level=None)
+    _sql(journaled, "ALTER TABLE usage_rows RENAME TO usage_rows_away")
     try:
-        conn.execute("ALTER TABLE usage_rows RENAME TO usage_rows_away")
-        try:
-            assert _chat(journaled, key).status_code == 200
-            assert _chat(journaled, key, stream=True).text.rstrip().endswith("[DONE]")
-            time.sleep(0.3)  # the server's folds fail meanwhile, and retry
-        finally:
-            conn.execute("ALTER TABLE usage_rows_away RENAME TO usage_rows")
+        assert _chat(journaled, key).status_code == 200
+        assert _chat(journaled, key, stream=True).text.rstrip().endswith("[DONE]")
+        time.sleep(0.3)  # the server's folds fail meanwhile, and retry
     finally:
-        conn.close()
+        _sql(journaled, "ALTER TABLE usage_rows_away RENAME TO usage_rows")
     deadline = time.monotonic() + 10
     while _raw_count(journaled, key) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -119,8 +157,8 @@ def test_rows_wait_in_the_journal_while_the_database_refuses_them(journaled: Ser
 
 
 def test_rows_of_a_killed_server_are_recovered_when_it_starts_again(
-        tmp_path: Path, sqlite_backend: Backend, config_file: Path) -> None:
-    server = Server.start(tmp_path, sqlite_backend, config_file)
+        tmp_path: Path, store: Backend, config_file: Path) -> None:
+    server = Server.start(tmp_path, store, config_file)
     key = server.create_key()
     try:
         replies = [_chat(server, key), _chat(server, key, stream=True), _chat(server, key)]
@@ -128,20 +166,23 @@ def test_rows_of_a_killed_server_are_recovered_when_it_starts_again(
     finally:
         server.stop()
     assert [r.status_code for r in replies] == [200, 200, 200]
-    dead = os.listdir(journal_dir(_database(server)))
+    dead = _journals(server)
     assert len(dead) == 1  # the killed process's journal is left behind
-    again = Server.start(tmp_path, sqlite_backend, config_file)
+    again = Server.start(tmp_path, store, config_file)
     try:
-        assert _raw_count(again, key) == 3  # folded at start, before any reader
+        deadline = time.monotonic() + 5  # folded at start, before any reader (in a task on PostgreSQL)
+        while _raw_count(again, key) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _raw_count(again, key) == 3
         assert len(ok(get(again, key))["data"]) == 3
-        assert dead[0] not in os.listdir(journal_dir(_database(again)))  # and deleted
+        assert dead[0] not in _journals(again)  # and deleted
     finally:
         again.stop()
 
 
 def test_the_cli_report_folds_a_killed_server_s_journal(
-        tmp_path: Path, sqlite_backend: Backend, config_file: Path) -> None:
-    server = Server.start(tmp_path, sqlite_backend, config_file)
+        tmp_path: Path, store: Backend, config_file: Path) -> None:
+    server = Server.start(tmp_path, store, config_file)
     key = server.create_key()
     try:
         assert _chat(server, key).status_code == 200
@@ -154,18 +195,56 @@ def test_the_cli_report_folds_a_killed_server_s_journal(
     assert cells(report.stdout, "mock-chat")[1] == "1"
     assert _raw_count(server, key) == 1
     if unfolded:  # the usual case: the report itself folded the dead server's journal, and deleted it
-        assert os.listdir(journal_dir(_database(server))) == []
+        assert _journals(server) == []
+
+
+class _Blocker:
+    """Another connection that keeps the server's folds waiting: SQLite's write lock, or on
+    PostgreSQL a SHARE lock on `usage_rows` (reads go on, inserts wait)."""
+
+    def __init__(self, server: Server) -> None:
+        self._database = _sqlite(server)
+        self._dsn = pg_dsn(make_url(server.backend.database_url))
+        self._locked = threading.Event()
+        self._release = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._hold()))
+        self._conn: sqlite3.Connection | None = None
+
+    def __enter__(self) -> None:
+        if self._database is not None:
+            self._conn = sqlite3.connect(self._database, isolation_level=None, timeout=30)
+            self._conn.execute("BEGIN IMMEDIATE")
+        else:
+            self._thread.start()
+            assert self._locked.wait(10)
+
+    async def _hold(self) -> None:
+        conn = await asyncpg.connect(self._dsn)
+        try:
+            async with conn.transaction():
+                await conn.execute("LOCK TABLE usage_rows IN SHARE MODE")
+                self._locked.set()
+                while not self._release.is_set():
+                    await asyncio.sleep(0.01)
+        finally:
+            await conn.close()
+
+    def __exit__(self, *_: object) -> None:
+        if self._conn is not None:
+            self._conn.execute("COMMIT")
+            self._conn.close()
+        else:
+            self._release.set()
+            self._thread.join(10)
 
 
 def test_replies_do_not_wait_for_another_writer_and_a_report_waits_for_their_rows(journaled: Server) -> None:
-    """Another connection holds SQLite's write lock: replies go out at once (their rows wait in
-    the journal, not for a commit), and a report asked meanwhile waits for the lock, then has them."""
+    """Another connection keeps the server's folds waiting: replies go out at once (their rows wait
+    in the journal, not for a commit), and a report asked meanwhile waits to fold them, then has them."""
     key = journaled.create_key()
-    blocker = sqlite3.connect(_database(journaled), isolation_level=None, timeout=30)
     report: dict[str, httpx.Response] = {}
     asking = threading.Thread(target=lambda: report.update(reply=get(journaled, key)))
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
+    with _Blocker(journaled):
         started = time.monotonic()
         assert _chat(journaled, key).status_code == 200
         assert _chat(journaled, key, stream=True).text.rstrip().endswith("[DONE]")
@@ -173,8 +252,5 @@ def test_replies_do_not_wait_for_another_writer_and_a_report_waits_for_their_row
         asking.start()
         asking.join(1.5)
         assert asking.is_alive()  # the report waits to fold the rows
-    finally:
-        blocker.execute("COMMIT")
-        blocker.close()
     asking.join(30)
     assert len(ok(report["reply"])["data"]) == 2

@@ -1,5 +1,5 @@
-"""The usage sink the writer commits through (on PostgreSQL one statement over asyncpg): a batch
-of many rows of several keys, hours and tags lands whole, with its rollup and spend."""
+"""The usage writes: a batch of many rows of several keys, hours and tags lands whole through the
+group commit's sink, with its rollup and spend; PostgreSQL's journal fold statement writes the same."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import asyncio
 import uuid
 from datetime import datetime
 
+import asyncpg
+import pytest
 from sqlalchemy import select
 
 from inferd.metering import usage_sink
 from inferd.store.db import create_engine, migrate
 from inferd.store.tables import key_spend, usage_rollup, usage_rows
-from inferd.store.usage_write import spend_amounts
+from inferd.store.usage_write import PG_JOURNAL_FOLD, pg_usage_arguments, spend_amounts
 from tests.harness import Backend
 from tests.usage.conftest import usage_row
 
@@ -57,10 +59,14 @@ def test_one_commit_writes_rows_rollup_and_spend(backend: Backend) -> None:
     assert by_slot[(ids[1], "day", "2026-04-02", None)]["model"] == "m-two"
 
 
-def test_rows_committed_one_at_a_time_land_as_a_batch_of_them_does(backend: Backend) -> None:
-    """A commit of one row takes its own statement on PostgreSQL (scalars, not arrays): it must
-    write what the batch statement writes for the same rows, zero-cost rows (no spend) included."""
-    alone, batched = (f"SINK{uuid.uuid4().hex[:12].upper()}:s" for _ in range(2))
+def test_a_journal_fold_writes_what_the_group_commit_writes(backend: Backend) -> None:
+    """PostgreSQL's journal fold is one hand-written statement (`PG_JOURNAL_FOLD`): it must write
+    what SQLAlchemy's writes write for the same rows, zero-cost rows (no spend) included, and a
+    second fold of the same bytes must write nothing."""
+    if not backend.database_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's fold statement")
+    committed, folded = (f"SINK{uuid.uuid4().hex[:12].upper()}:s" for _ in range(2))
+    journal = f"test/{uuid.uuid4().hex}.jsonl"
 
     def rows_of(key: str) -> list[dict]:
         return [usage_row(key, datetime(2026, 3, 1, 10, 5), cost=0.25, metadata={"team": "a"}),
@@ -71,15 +77,19 @@ def test_rows_committed_one_at_a_time_land_as_a_batch_of_them_does(backend: Back
     async def go() -> dict[str, tuple[list, list, list]]:
         engine = create_engine(backend.database_url)
         sink = usage_sink(engine)
+        raw = await asyncpg.connect(engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
         try:
             await migrate(engine)
-            for row in rows_of(alone):
-                await sink.commit([row], spend_amounts([row]))
-            together = rows_of(batched)
-            await sink.commit(together, spend_amounts(together))
+            await sink.commit(rows_of(committed), spend_amounts(rows_of(committed)))
+            rows = rows_of(folded)
+            arguments = pg_usage_arguments(rows, spend_amounts(rows))
+            assert await raw.fetchval(PG_JOURNAL_FOLD, journal, 0, 400, *arguments) == 1
+            assert await raw.fetchval(PG_JOURNAL_FOLD, journal, 0, 400, *arguments) == 0  # claimed already
+            assert await raw.fetchval("SELECT folded FROM usage_journal WHERE name = $1", journal) == 400
+            await raw.execute("DELETE FROM usage_journal WHERE name = $1", journal)
             found = {}
             async with engine.connect() as conn:
-                for key in (alone, batched):
+                for key in (committed, folded):
                     key_id = key.split(":")[0]
                     stored = (await conn.execute(select(usage_rows).where(usage_rows.c.key_id == key_id))).mappings()
                     rollup = (await conn.execute(select(usage_rollup).where(usage_rollup.c.key_id == key_id))
@@ -91,11 +101,12 @@ def test_rows_committed_one_at_a_time_land_as_a_batch_of_them_does(backend: Back
                                   sorted((s["month"], s["spend_usd"]) for s in spend))
             return found
         finally:
+            await raw.close()
             await sink.close()
             await engine.dispose()
 
     found = asyncio.run(go())
-    assert found[alone] == found[batched]
-    stored, rollup, spend = found[alone]
+    assert found[committed] == found[folded]
+    stored, rollup, spend = found[folded]
     assert len(stored) == 4 and len(rollup) == 9  # an hour, a day and a month for each of 3 dims
     assert spend == [("2026-03", 0.75), ("2026-04", 1.5)]  # the zero-cost row adds no spend row

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from inferd.api.usage import DEFAULT_WINDOW, GROUPS, parse_moment, rfc3339
 from inferd.cli.common import run_with_db, settings_from_env
 from inferd.errors import InvalidRequest
+from inferd.metering_journal_pg import settle_database
 from inferd.store.db import utcnow
 from inferd.store.usage import SummaryGroup, UsageQuery, UsageRepository, order_groups
 from inferd.store.usage_journal import settle_path
@@ -55,9 +56,14 @@ def usage(access_key_id: str | None, org_slug: str | None, group_by: str, start:
     if until <= since:
         raise click.BadParameter("must be strictly after --from", param_hint="--to")
 
+    settings = settings_from_env()
+
     async def work(engine: AsyncEngine) -> list[SummaryGroup]:
-        if engine.dialect.name == "sqlite" and engine.url.database:  # the servers' rows still in journals
+        # The servers' rows still in journals first.
+        if engine.dialect.name == "sqlite" and engine.url.database:
             await asyncio.to_thread(settle_path, engine.url.database)
+        elif engine.dialect.name == "postgresql":
+            await settle_database(engine.url, settings.data_dir)
         repo = UsageRepository(engine)
         if org_slug is not None:
             key_ids = await repo.org_key_ids(org_slug)
@@ -68,7 +74,7 @@ def usage(access_key_id: str | None, org_slug: str | None, group_by: str, start:
         query = UsageQuery(key_ids=key_ids, start=since, end=until)
         return order_groups(await repo.summary(query, group_by))
 
-    groups = run_with_db(settings_from_env(), work)
+    groups = run_with_db(settings, work)
     who = f"key {access_key_id}" if org_slug is None else f"org {org_slug}"
     table = Table(title=f"usage of {who} by {group_by}, {rfc3339(since)} to {rfc3339(until)}")
     table.add_column(group_by)

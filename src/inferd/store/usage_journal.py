@@ -57,7 +57,7 @@ def _write_rows(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
         conn.executemany(sql, parameters)
 
 
-def _unlink(path: Path) -> None:
+def unlink_journal(path: Path) -> None:
     """Delete a journal; another process's `settle` may have deleted it first."""
     try:
         os.unlink(path)
@@ -98,12 +98,13 @@ class JournalFile:
     so a fold writes them from memory; rows another process's `settle` folded meanwhile (the
     journal's folded length is past their end) are left out."""
 
-    def __init__(self, database_path: str) -> None:
-        self._dir = journal_dir(database_path)
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
         self.name = ""
         self._fd = -1
         self._length = 0
         self.pending: list[tuple[dict[str, Any], int]] = []
+        self.folded = 0  # the journal's folded length as this process last saw it (PostgreSQL's fold)
         self.orphaned = False  # a journal left after a failed write waits for a `settle`
 
     def open(self) -> None:
@@ -112,7 +113,7 @@ class JournalFile:
         name = f"{os.getpid()}-{secrets.token_hex(6)}.jsonl"
         fd = os.open(self._dir / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self.name, self._fd, self._length = name, fd, 0
+        self.name, self._fd, self._length, self.folded = name, fd, 0, 0
 
     def append(self, row: dict[str, Any]) -> None:
         """Make a row durable: one `write` of one line. Raises OSError when it could not be."""
@@ -168,7 +169,7 @@ class JournalFile:
             return
         old_fd, old_name = self._fd, self.name
         self.open()
-        _unlink(self._dir / old_name)
+        unlink_journal(self._dir / old_name)
         os.close(old_fd)
 
     def close(self) -> None:
@@ -176,7 +177,7 @@ class JournalFile:
         if self._fd < 0:
             return
         if not self.pending:
-            _unlink(self._dir / self.name)
+            unlink_journal(self._dir / self.name)
         os.close(self._fd)
         self._fd = -1
 
@@ -198,7 +199,7 @@ def _anything_to_do(conn: sqlite3.Connection, directory: Path) -> bool:
             continue
         if size != folded.get(name, 0):
             return True
-        opened = _open(directory / name)
+        opened = open_journal(directory / name)
         if opened is not None:
             os.close(opened[0])
             if opened[1]:
@@ -206,7 +207,7 @@ def _anything_to_do(conn: sqlite3.Connection, directory: Path) -> bool:
     return False
 
 
-def _open(path: Path) -> tuple[int, bool] | None:
+def open_journal(path: Path) -> tuple[int, bool] | None:
     """A journal opened for reading, and whether its writer is gone (then the descriptor holds
     the writer's lock, until it is closed); None when it was deleted meanwhile."""
     try:
@@ -220,7 +221,7 @@ def _open(path: Path) -> tuple[int, bool] | None:
     return fd, True
 
 
-def _complete_rows(name: str, data: bytes) -> tuple[list[dict[str, Any]], int]:
+def complete_rows(name: str, data: bytes) -> tuple[list[dict[str, Any]], int]:
     """The rows of the complete lines at the start of `data`, and their length in bytes."""
     end = data.rfind(b"\n") + 1
     rows = []
@@ -251,7 +252,7 @@ def settle(conn: sqlite3.Connection, database_path: str) -> int:
             for name in set(folded) - set(names):  # journals deleted since they were folded
                 conn.execute("DELETE FROM usage_journal WHERE name = ?", (name,))
             for name in names:
-                opened = _open(directory / name)
+                opened = open_journal(directory / name)
                 if opened is None:
                     continue
                 fd, writer_gone = opened
@@ -263,14 +264,14 @@ def settle(conn: sqlite3.Connection, database_path: str) -> int:
                 finally:
                     if not writer_gone:  # a live writer's: fold its complete lines, the rest comes later
                         os.close(fd)
-                rows, length = _complete_rows(name, data)
+                rows, length = complete_rows(name, data)
                 if rows:
                     _write_rows(conn, rows)
                     written += len(rows)
                 if length:
                     conn.execute(_MARK, (name, start + length))
         for name in gone:  # folded and committed; a line cut short was never acknowledged
-            _unlink(directory / name)
+            unlink_journal(directory / name)
     finally:
         for fd in gone.values():
             os.close(fd)

@@ -1,11 +1,12 @@
 """What writing usage rows means, in one place: the rows, what they add to `usage_rollup`, and
 what they add to each key's monthly spend (`key_spend`), in the caller's transaction.
 
-Every writer uses these: the usage writer's group commit (metering.py: the async engine on
-PostgreSQL, the raw sqlite3 connection on the SQLite hot path) and the batch worker, which commits
-a line's row with the line's result. `usage_writes` gives SQLAlchemy statements with their
-parameters; `sqlite_usage_writes` the same three writes as SQL for sqlite3, which the hot path
-runs without SQLAlchemy (tens of microseconds a commit).
+Every writer uses these: the folds of the usage journals (SQLite's on a raw sqlite3 connection,
+PostgreSQL's in one statement over asyncpg), the group commit of a database without a journal
+(metering.py) and the batch worker, which commits a line's row with the line's result.
+`UsageWrites.writes` gives SQLAlchemy statements with their parameters; `sqlite_usage_writes` the
+same three writes as SQL for sqlite3, and `PG_JOURNAL_FOLD` as one PostgreSQL statement, which
+the folds run without SQLAlchemy (tens of microseconds a fold).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql import Executable
 
 from inferd.store.tables import key_spend, usage_rows
-from inferd.store.usage import (ROLLUP_COLUMNS, SQLITE_ROLLUP_UPSERT, dims_hash, hour_period, rollup_deltas,
+from inferd.store.usage import (ROLLUP_COLUMNS, SQLITE_ROLLUP_UPSERT, rollup_deltas,
                                 rollup_upsert, rollup_values)
 
 Amounts = dict[tuple[str, str], float]  # (key id, "YYYY-MM") -> USD
@@ -72,9 +73,9 @@ def sqlite_usage_writes(rows: list[dict[str, Any]], amounts: Amounts) -> list[tu
 
 
 # PostgreSQL: the three writes as ONE statement (data-modifying CTEs over unnest()ed arrays), so a
-# commit of any number of rows is one round trip in autocommit, prepared once per connection.
-# Without SQLAlchemy and its transaction (BEGIN, three statements, COMMIT, a pool ping), a commit
-# costs a tenth of the CPU; that is most of a call's cost at concurrency 1 (issue 15).
+# fold of any number of rows is one round trip in autocommit, prepared once per connection.
+# Without SQLAlchemy and its transaction (BEGIN, three statements, COMMIT, a pool ping), it costs
+# a tenth of the CPU (issue 15).
 _PG_ROW_TYPES = ("varchar", "varchar", "varchar", "varchar", "int", "varchar", "varchar", "int", "int", "int", "int",
                  "int", "float8", "timestamp", "text")
 _PG_ROLLUP_TYPES = ("varchar",) * 7 + ("text", "bigint", "bigint", "bigint", "bigint", "float8")
@@ -85,50 +86,40 @@ def _unnest(types: tuple[str, ...], first: int) -> str:
     return "unnest(" + ", ".join(f"${first + i}::{kind}[]" for i, kind in enumerate(types)) + ")"
 
 
-PG_USAGE_WRITE = (
-    f"WITH new_rows AS (INSERT INTO usage_rows ({', '.join(_COLUMNS)}) "
-    f"SELECT * FROM {_unnest(_PG_ROW_TYPES, 1)}), "
-    f"rollup AS (INSERT INTO usage_rollup ({', '.join(ROLLUP_COLUMNS)}) "
-    f"SELECT * FROM {_unnest(_PG_ROLLUP_TYPES, len(_COLUMNS) + 1)} "
-    "ON CONFLICT (key_id, span, period, dims) DO UPDATE SET "
-    + ", ".join(f"{name} = usage_rollup.{name} + excluded.{name}" for name in _ADDED) + "), "
-    f"spend AS (INSERT INTO key_spend (key_id, month, spend_usd) "
-    f"SELECT * FROM {_unnest(('varchar', 'varchar', 'float8'), len(_COLUMNS) + len(ROLLUP_COLUMNS) + 1)} "
-    "ON CONFLICT (key_id, month) DO UPDATE SET spend_usd = key_spend.spend_usd + excluded.spend_usd) "
-    "SELECT 1"
+def _pg_usage_write(first: int, only_if: str) -> str:
+    """The three writes as CTEs of one statement, arrays from parameter `first` on, each written
+    only if the SQL condition `only_if` holds."""
+    where = f" WHERE {only_if}"
+    rollup_first = first + len(_COLUMNS)
+    spend_first = rollup_first + len(ROLLUP_COLUMNS)
+    return (
+        f"new_rows AS (INSERT INTO usage_rows ({', '.join(_COLUMNS)}) "
+        f"SELECT * FROM {_unnest(_PG_ROW_TYPES, first)}{where}), "
+        f"rollup AS (INSERT INTO usage_rollup ({', '.join(ROLLUP_COLUMNS)}) "
+        f"SELECT * FROM {_unnest(_PG_ROLLUP_TYPES, rollup_first)}{where} "
+        "ON CONFLICT (key_id, span, period, dims) DO UPDATE SET "
+        + ", ".join(f"{name} = usage_rollup.{name} + excluded.{name}" for name in _ADDED) + "), "
+        f"spend AS (INSERT INTO key_spend (key_id, month, spend_usd) "
+        f"SELECT * FROM {_unnest(('varchar', 'varchar', 'float8'), spend_first)}{where} "
+        "ON CONFLICT (key_id, month) DO UPDATE SET spend_usd = key_spend.spend_usd + excluded.spend_usd) "
+    )
+
+
+# A fold of a usage journal (store/usage_journal_pg.py): the rows of bytes `$2` to `$3` of journal
+# `$1`, written only if this statement moves the journal's folded length from `$2` to `$3`. Two
+# processes folding the same bytes both try; the second waits for the first's row lock, then finds
+# the length moved and writes nothing. Returns 1 when it wrote, else 0.
+PG_JOURNAL_FOLD = (
+    "WITH claim AS (INSERT INTO usage_journal (name, folded) VALUES ($1, $3) "
+    "ON CONFLICT (name) DO UPDATE SET folded = excluded.folded WHERE usage_journal.folded = $2 "
+    "RETURNING 1), " + _pg_usage_write(4, "EXISTS (SELECT 1 FROM claim)") + "SELECT count(*) FROM claim"
 )
-
-
-# The same three writes for one row, with scalar parameters: the commit of a call that had no
-# company (concurrency 1, light traffic), where asyncpg's encoding of 31 one-element arrays costs
-# more client CPU (30-50 us) than the round trip itself. Parameters: the row's columns ($1-$15 in
-# _COLUMNS order), its day, hour and month ($16-$18), its rollup dims ($19). The rollup rows go in
-# `rollup_deltas` order (day, hour, month), so concurrent writers lock them in one order.
-_ONE_ROLLUP_ROW = "($3, '{span}', ${period}, $19, $6, $7, $2, $15, 1, $8, $10, $9, $13)"
-PG_ONE_ROW_WRITE = (
-    f"WITH new_row AS (INSERT INTO usage_rows ({', '.join(_COLUMNS)}) "
-    f"VALUES ({', '.join(f'${i + 1}::{kind}' for i, kind in enumerate(_PG_ROW_TYPES))})), "
-    f"rollup AS (INSERT INTO usage_rollup ({', '.join(ROLLUP_COLUMNS)}) VALUES "
-    + ", ".join(_ONE_ROLLUP_ROW.format(span=span, period=f"{16 + i}::varchar")
-                for i, span in enumerate(("day", "hour", "month")))
-    + " ON CONFLICT (key_id, span, period, dims) DO UPDATE SET "
-    + ", ".join(f"{name} = usage_rollup.{name} + excluded.{name}" for name in _ADDED) + "), "
-    "spend AS (INSERT INTO key_spend (key_id, month, spend_usd) SELECT $3, $18, $13 WHERE $13 <> 0 "
-    "ON CONFLICT (key_id, month) DO UPDATE SET spend_usd = key_spend.spend_usd + excluded.spend_usd) "
-    "SELECT 1"
-)
-
-
-def pg_one_row_arguments(row: dict[str, Any]) -> list[Any]:
-    """PG_ONE_ROW_WRITE's arguments for one row."""
-    hour = hour_period(row["created_at"])
-    return [*(row[c] for c in _COLUMNS), hour[:10], hour, hour[:7],
-            dims_hash(row["model"], row["workspace"], row["deployment"], row["metadata"])]
 
 
 def pg_usage_arguments(rows: list[dict[str, Any]], amounts: Amounts) -> list[list[Any]]:
-    """PG_USAGE_WRITE's arguments: one array per column of the rows, of the rollup deltas (in
-    lock order, as `rollup_deltas` sorts them) and of the spend additions (sorted likewise)."""
+    """PG_JOURNAL_FOLD's arguments after its first three: one array per column of the rows, of the
+    rollup deltas (in lock order, as `rollup_deltas` sorts them) and of the spend additions (sorted
+    likewise)."""
     arguments: list[list[Any]] = [[row[c] for row in rows] for c in _COLUMNS]
     deltas = rollup_values(rows)
     arguments.extend([delta[i] for delta in deltas] for i in range(len(ROLLUP_COLUMNS)))
