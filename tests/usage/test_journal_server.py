@@ -89,7 +89,8 @@ def _raw_count(server: Server, key: str) -> int:
     key_id = key.split(":")[0]
     database = _sqlite(server)
     if database is None:
-        return int(_pg(server, "SELECT count(*) FROM usage_rows WHERE key_id = $1", key_id))  # type: ignore[call-overload]
+        count = _pg(server, "SELECT count(*) FROM usage_rows WHERE key_id = $1", key_id)
+        return int(count)  # type: ignore[call-overload]
     conn = sqlite3.connect(database, timeout=5)
     try:
         return int(conn.execute("SELECT count(*) FROM usage_rows WHERE key_id = ?", (key_id,)).fetchone()[0])

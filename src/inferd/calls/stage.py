@@ -8,8 +8,8 @@ deployment's engine), and:
   model's other deployments, then to its `fallbacks` the key may use (CONTRACT.md 17); a
   relayed 4xx is final;
 - meters the call once: one usage row, for the deployment and model that answered (or were tried
-  last), committed before the result is returned, or handed back as a value (`record=False`: the
-  batch worker commits it with the line's result);
+  last), durable (in the usage journal, or committed) before the result is returned, or handed
+  back as a value (`record=False`: the batch worker commits it with the line's result);
 - with a `pacer` (batch lines), takes only deployments with a free slot of it and holds that slot
   for the attempt, waiting when every untried one is full (calls/pacing.py).
 
@@ -274,7 +274,7 @@ class StreamLease:
         self._active = True  # counted in the usage writer's calls under way
 
     async def finish(self, status: int, prompt: int, completion: int, cached: int = 0) -> Usage:
-        """Free the slot, then meter the stream (committed before this returns)."""
+        """Free the slot, then meter the stream (durable before this returns)."""
         self._free_slot()
         usage = usage_for(self._billing.key, self.deployment.config, self._billing.workspace, status, prompt,
                           completion, started=self.started, cached=cached, metadata=self._billing.metadata,

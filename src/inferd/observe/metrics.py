@@ -64,9 +64,9 @@ class Metrics:
                                   ("model", "fallback"), registry=r)
         self._rejections = Counter("inferd_rejections_total", "Requests refused before any engine was called.",
                                    ("reason",), registry=r)
-        self._pending = Gauge("inferd_usage_rows_pending", "Usage rows waiting for their commit.",
+        self._pending = Gauge("inferd_usage_rows_pending", "Usage rows durable in the journal, not yet in the tables.",
                               registry=r, multiprocess_mode="livesum")
-        self._commit = Histogram("inferd_usage_commit_seconds", "Time of one usage commit (a group of rows).",
+        self._commit = Histogram("inferd_usage_commit_seconds", "Time of one usage fold or commit (a group of rows).",
                                  buckets=_COMMIT_BUCKETS, registry=r)
         self._batch_lines = Counter("inferd_batch_lines_total", "Batch lines finished, by outcome.",
                                     ("status",), registry=r)

@@ -180,13 +180,13 @@ class ChatService:
                                       record=record, pacer=pacer)
 
     def stream(self, call: ChatCall) -> AsyncIterator[bytes]:
-        """SSE frames for a streamed completion; the row is committed before `data: [DONE]`.
+        """SSE frames for a streamed completion; the row is durable before `data: [DONE]`.
         Errors before the first frame propagate as exceptions (after failover)."""
         return _StreamRelay(self, call).frames()
 
     def chunks(self, call: ChatCall) -> AsyncIterator[dict[str, Any]]:
         """The same stream as parsed chunks, for callers inside the server (generate turns); the
-        usage row is committed before the iterator ends, and an error after the first chunk comes
+        usage row is durable before the iterator ends, and an error after the first chunk comes
         as a chunk holding `error`."""
         return _StreamRelay(self, call).chunks()
 

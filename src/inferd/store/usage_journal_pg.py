@@ -109,7 +109,8 @@ async def settle(conn: asyncpg.Connection, directory: Path) -> int:
         "SELECT name, folded FROM usage_journal WHERE name LIKE $1", folder + "/%")}
     names = [name for name in os.listdir(directory) if name.endswith(".jsonl")]
     for name in set(folded) - set(names):  # deleted since they were folded
-        await conn.execute("DELETE FROM usage_journal WHERE name = $1 AND folded = $2", f"{folder}/{name}", folded[name])
+        await conn.execute("DELETE FROM usage_journal WHERE name = $1 AND folded = $2",
+                           f"{folder}/{name}", folded[name])
     written = 0
     for name in names:
         opened = open_journal(directory / name)
