@@ -17,6 +17,7 @@ import logging
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Awaitable
 
 from inferd.limits.base import SpendCounter
 from inferd.metering import Usage
@@ -51,7 +52,7 @@ class JournalWriter:
         self._spend = spend
         self._metrics = metrics
         self._timer: asyncio.TimerHandle | None = None
-        self._folding: asyncio.Task[None] | None = None  # a fold under way off the event loop's thread
+        self._folding: asyncio.Task[None] | None = None  # a fold longer than a loop turn (a thread, a round trip)
         self._failures = 0
         self.active = 0  # metered calls under way (kept by callers; the group commit's hint elsewhere)
 
@@ -86,6 +87,17 @@ class JournalWriter:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    async def _fold_off_loop(self, began: float, fold: Awaitable[None]) -> None:
+        """Wait for a fold that does not run in this loop turn, then count it or retry later."""
+        try:
+            await fold
+        except Exception as exc:
+            self._folding = None
+            self._failed(exc)
+            return
+        self._folding = None
+        self._folded(began)
 
     def _folded(self, began: float) -> None:
         self._metrics.commit_seconds(time.perf_counter() - began)
@@ -136,7 +148,8 @@ class JournaledUsageWriter(JournalWriter):
             self._fold(self._hot.conn)
         except sqlite3.OperationalError as exc:
             if is_busy(exc):  # another process is writing: wait for it in the thread
-                self._folding = self._loop.create_task(self._fold_threaded(began), name="usage-fold")
+                waiting = self._loop.run_in_executor(self._executor, self._fold_waiting)
+                self._folding = self._loop.create_task(self._fold_off_loop(began, waiting), name="usage-fold")
             else:
                 self._failed(exc)
             return
@@ -156,16 +169,6 @@ class JournaledUsageWriter(JournalWriter):
             self._threaded = sqlite3.connect(self._hot.path, isolation_level=None, check_same_thread=False)
             self._threaded.execute("PRAGMA busy_timeout=30000")
         self._fold(self._threaded)
-
-    async def _fold_threaded(self, began: float) -> None:
-        try:
-            await self._loop.run_in_executor(self._executor, self._fold_waiting)
-        except Exception as exc:
-            self._folding = None
-            self._failed(exc)
-            return
-        self._folding = None
-        self._folded(began)
 
     async def close(self) -> None:
         """Fold what is pending (waiting for the lock) and stop; rows a failing database could

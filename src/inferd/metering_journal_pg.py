@@ -103,17 +103,8 @@ class PgJournaledUsageWriter(JournalWriter):
     def _fold_due(self) -> None:
         self._cancel_timer()
         if self._folding is None and (self._journal.pending or self._journal.orphaned):
-            self._folding = self._loop.create_task(self._fold_task(time.perf_counter()), name="usage-fold")
-
-    async def _fold_task(self, began: float) -> None:
-        try:
-            await self._on_connection(self._fold)
-        except Exception as exc:
-            self._folding = None
-            self._failed(exc)
-            return
-        self._folding = None
-        self._folded(began)
+            self._folding = self._loop.create_task(
+                self._fold_off_loop(time.perf_counter(), self._on_connection(self._fold)), name="usage-fold")
 
     async def settle(self) -> None:
         """Fold every journal of the deployment now: a read of usage or spend after this sees every
