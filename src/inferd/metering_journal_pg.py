@@ -23,6 +23,7 @@ from sqlalchemy.engine import URL
 from inferd.limits.base import SpendCounter
 from inferd.metering_journal import JournalWriter
 from inferd.observe.metrics import Metrics
+from inferd.store.db import pg_dsn
 from inferd.store.usage_journal import JournalFile
 from inferd.store.usage_journal_pg import directory_id, fold, journal_dir, settle
 
@@ -35,11 +36,6 @@ def pg_journal_dir(data_dir: Path, url: URL) -> Path:
     """The journals' folder of the database at `url` (its host, port and name, not its user or
     password, which replicas may not share)."""
     return journal_dir(data_dir.resolve(), f"{url.host or ''}:{url.port or 5432}/{url.database or ''}")
-
-
-def pg_dsn(url: URL) -> str:
-    """asyncpg's form of a SQLAlchemy PostgreSQL URL."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def settle_database(url: URL, data_dir: Path) -> int:

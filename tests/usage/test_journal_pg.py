@@ -16,8 +16,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from inferd.metering_journal_pg import pg_dsn
-from inferd.store.db import create_engine, migrate
+from inferd.store.db import create_engine, migrate, pg_dsn
 from inferd.store.usage_journal import JournalFile
 from inferd.store.usage_journal_pg import directory_id, fold, settle
 from tests.harness import Backend

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from inferd.metering_journal_pg import pg_dsn, pg_journal_dir
-from inferd.store.db import is_sqlite
+from inferd.metering_journal_pg import pg_journal_dir
+from inferd.store.db import is_sqlite, pg_dsn
 from inferd.store.usage_journal import journal_dir
 from tests.harness import Backend, Server, auth
 from tests.usage.test_cli import cells, inferd_usage

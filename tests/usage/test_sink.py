@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from inferd.metering import usage_sink
-from inferd.store.db import create_engine, migrate
+from inferd.store.db import create_engine, migrate, pg_dsn
 from inferd.store.tables import key_spend, usage_rollup, usage_rows
 from inferd.store.usage_write import PG_JOURNAL_FOLD, pg_usage_arguments, spend_amounts
 from tests.harness import Backend
@@ -77,7 +77,7 @@ def test_a_journal_fold_writes_what_the_group_commit_writes(backend: Backend) ->
     async def go() -> dict[str, tuple[list, list, list]]:
         engine = create_engine(backend.database_url)
         sink = usage_sink(engine)
-        raw = await asyncpg.connect(engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
+        raw = await asyncpg.connect(pg_dsn(engine.url))
         try:
             await migrate(engine)
             await sink.commit(rows_of(committed), spend_amounts(rows_of(committed)))

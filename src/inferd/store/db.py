@@ -8,7 +8,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 _MIGRATION_LOCK = 7_270_001  # PostgreSQL advisory lock id: replicas starting together migrate once
@@ -31,6 +31,12 @@ def async_url(url: str) -> str:
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+asyncpg://" + url.split("://", 1)[1]
     return url
+
+
+def pg_dsn(url: URL) -> str:
+    """asyncpg's form of a SQLAlchemy PostgreSQL URL (for the connections inferd opens without
+    SQLAlchemy)."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def is_sqlite(url: str) -> bool:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from inferd.store.db import pg_dsn
+
 if TYPE_CHECKING:
     from inferd.store.keys import KeyRecord
 
@@ -25,7 +27,7 @@ class KeyCache:
     """Records by access key id, trusted only while the LISTEN connection is up."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._dsn = pg_dsn(engine.url)
         self._records: dict[str, tuple[KeyRecord, float]] = {}
         self._generation = 0
         self._listener: asyncpg.Connection | None = None

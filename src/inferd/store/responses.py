@@ -22,7 +22,7 @@ import orjson
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from inferd.store.db import utcnow
+from inferd.store.db import pg_dsn, utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.tables import responses
 
@@ -122,8 +122,7 @@ class ResponseRepository:
     def __init__(self, engine: AsyncEngine, hot: HotSqlite | None = None) -> None:
         self._engine = engine
         self._sqlite = _SqliteRows(hot, engine.url.database) if hot is not None and engine.url.database else None
-        self._pg_dsn = (engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-                        if engine.dialect.name == "postgresql" else None)
+        self._pg_dsn = pg_dsn(engine.url) if engine.dialect.name == "postgresql" else None
         self._pg_pool: asyncio.Task[asyncpg.Pool] | None = None  # opened by the first save
 
     async def save(self, stored: StoredResponse) -> None:
