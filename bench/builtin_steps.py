@@ -2,7 +2,7 @@
 step that carries the next token of k sequences, for k = 1..8, with the context the batching engine
 uses (one KV cache shared by the sequences, logits for every row).
 
-    .venv/bin/python bench/builtin_steps.py [--ks 1,2,3,4,5,6,7,8] [--reps 12] [--context 100]
+    .venv/bin/python bench/builtin_steps.py [--ks 1,2,3,4,5,6,7,8] [--reps 12] [--context 100] [--model GGUF]
 
 Each sequence first reads a `--context`-token prompt; then each k decodes `--reps` steps and the
 median step is reported. k tokens per step over k times the one-token step is the most that k
@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--ks", default="1,2,3,4,5,6,7,8")
     parser.add_argument("--reps", type=int, default=12)
     parser.add_argument("--context", type=int, default=100)
+    parser.add_argument("--model", help="a GGUF file (default: the built-in chat model's)")
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
 
@@ -37,7 +38,8 @@ def main() -> None:
     from inferd.engines.weights import QWEN_CODER_05B
 
     model_dir = Path(os.environ.get("INFERD_MODEL_DIR", "~/.cache/inferd/models")).expanduser()
-    weights = Llama(model_path=str(QWEN_CODER_05B.assemble(model_dir)), n_ctx=16, n_batch=16, verbose=False)
+    path = args.model or str(QWEN_CODER_05B.assemble(model_dir))
+    weights = Llama(model_path=path, n_ctx=16, n_batch=16, verbose=False)
     sequences = max(ks)
     params = llama_cpp.llama_context_default_params()
     params.n_ctx = (args.context + args.reps * len(ks) + 256) * sequences
