@@ -47,10 +47,13 @@ $(STAMP): pyproject.toml
 serve: install
 	$(VENV)/bin/inferd serve
 
-# The whole suite twice: embedded SQLite with in-process limits, then PostgreSQL + Redis.
+# The whole suite twice, both at once: embedded SQLite with in-process limits, and PostgreSQL +
+# Redis. One suite keeps about 0.8 of a core busy (the rest is waiting on servers, workers and
+# sleeps), so the two together take little longer than one. They share nothing: each run has its
+# own databases, data dirs, Redis key prefix and ports. -O prints each suite's report whole, when
+# it ends; make fails if either fails.
 test: install
-	$(MAKE) test-sqlite
-	$(MAKE) test-postgres
+	$(MAKE) -j2 -O test-sqlite test-postgres
 
 test-sqlite: install
 	env -u INFERD_DATABASE_URL -u INFERD_REDIS_URL $(PY) -m pytest
