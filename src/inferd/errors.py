@@ -181,8 +181,9 @@ class RelayedError(InferdError):
 
     type = "engine_error"
 
-    def __init__(self, status: int, raw_body: bytes, content_type: str = "application/json") -> None:
-        super().__init__(f"upstream answered {status}")
+    def __init__(self, status: int, raw_body: bytes, content_type: str = "application/json",
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"upstream answered {status}", headers=headers)
         self.status = status
         self.raw_body = raw_body
         self.content_type = content_type

@@ -41,6 +41,16 @@ base_url = "{{upstream}}/v1"
 upstream_model = "mock-error-404"
 
 [[models]]
+id = "throttled-chat"
+base_url = "{{upstream}}/v1"
+upstream_model = "mock-error-429"
+
+[[models]]
+id = "throttled-later-chat"
+base_url = "{{upstream}}/v1"
+upstream_model = "mock-throttle-7"
+
+[[models]]
 id = "drop-chat"
 base_url = "{{upstream}}/v1"
 upstream_model = "mock-drop-after-3"
@@ -170,6 +180,19 @@ def test_other_4xx_stay_relayed(gateway: Server, stream: bool) -> None:
                                                                               "missing-chat")
     assert reply.status_code == 404
     assert _error(reply)["code"] == 404 and _error(reply)["type"] == "BadRequestError"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("model", "retry_after"), [("throttled-chat", "1"), ("throttled-later-chat", "7")])
+def test_a_relayed_429_says_when_to_come_back(gateway: Server, stream: bool, model: str, retry_after: str) -> None:
+    """CONTRACT.md decision 9: a 429 always carries Retry-After in whole seconds, the engine's own when it
+    sent one; the rejection itself is the engine's, as other 4xx are."""
+    key = gateway.create_key()
+    reply = _post("/chat/completions", {"messages": HELLO, "stream": stream})(gateway, key, model)
+    assert reply.status_code == 429, reply.text
+    assert reply.headers["retry-after"] == retry_after
+    assert _error(reply)["code"] == 429
+    assert [r["status_code"] for r in gateway.usage_rows(key)] == [429]
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -9,6 +9,7 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-stall-after-<N>` streams N chunks, then sends nothing more (mid-stream timeout)
 - `mock-drop-after-<N>`  streams N chunks, then closes the connection without a terminator
 - `mock-error-<STATUS>`  answers STATUS with an upstream-shaped error body
+- `mock-throttle-<S>`    answers 429 with `Retry-After: S`
 - `mock-drip-<S>`        streams with S seconds between chunks (records an abort when the client leaves)
 - `mock-reasoning`       also returns `reasoning_content` (message and deltas)
 - `mock-nousage`         never reports usage
@@ -260,6 +261,10 @@ class FakeUpstream:
                                          status=503)
         if model == "mock-crash":
             return web.Response(status=500, text=CRASH_TRACE)
+        wait = _suffix_number(model, "mock-throttle-")
+        if wait is not None:
+            return web.json_response({"object": "error", "message": "too many requests", "type": "RateLimitError",
+                                      "code": 429}, status=429, headers={"Retry-After": str(int(wait))})
         status = _suffix_number(model, "mock-error-")
         if status:
             return web.json_response(

@@ -15,7 +15,8 @@ from inferd.config import ModelConfig
 from inferd.engines.base import TokenCount, estimate_tokens
 from inferd.engines.hf_tokenizer import ChatTemplateTokenizer
 from inferd.engines.transcripts import PLAIN_FORMATS, spoken_text
-from inferd.engines.upstream_http import UpstreamBroke, UpstreamHTTP, UpstreamReply, UpstreamUnreachable
+from inferd.engines.upstream_http import (UpstreamBroke, UpstreamHTTP, UpstreamReply, UpstreamUnreachable,
+                                         retry_after_seconds)
 from inferd.observe.requests import current_request_id
 from inferd.errors import (ConfigError, EngineCredentialsRefused, EngineError, EngineTimeout, EngineUnavailable,
                            RelayedError)
@@ -156,7 +157,11 @@ class OpenAIHTTPEngine:
         if status in (401, 403, 407):
             raise self._failed(EngineCredentialsRefused, f"refused the gateway's credentials {answered}", url, body)
         if 400 <= status < 500:
-            raise RelayedError(status, raw, response.headers.get("content-type", _JSON))
+            # A 429 always says when to come back (CONTRACT.md decision 9): the engine's own
+            # Retry-After in whole seconds, else one second.
+            headers = {"Retry-After": str(retry_after_seconds(response.headers.get("retry-after")))} \
+                if status == 429 else None
+            raise RelayedError(status, raw, response.headers.get("content-type", _JSON), headers)
         # 5xx (and stray 3xx) bodies may carry tracebacks, paths and hosts: logged, not relayed.
         raise self._failed(EngineError, f"failed {answered}", url, body)
 

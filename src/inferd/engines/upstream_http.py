@@ -6,8 +6,11 @@ or `asyncio.TimeoutError`."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -15,7 +18,23 @@ import aiohttp
 
 from inferd.engines.http1 import HTTP1Pool, UpstreamBroke, UpstreamUnreachable
 
-__all__ = ["UpstreamBroke", "UpstreamHTTP", "UpstreamReply", "UpstreamUnreachable"]
+__all__ = ["UpstreamBroke", "UpstreamHTTP", "UpstreamReply", "UpstreamUnreachable", "retry_after_seconds"]
+
+
+def retry_after_seconds(value: str | None) -> int:
+    """An upstream's `Retry-After` (seconds or an HTTP date) as whole seconds, at least 1; 1 when
+    it sent none or one that does not parse."""
+    if value:
+        value = value.strip()
+        if value.isdigit():
+            return max(1, int(value))
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return 1
+        if when.tzinfo is not None:
+            return max(1, math.ceil((when - datetime.now(timezone.utc)).total_seconds()))
+    return 1
 
 
 class UpstreamReply(Protocol):
