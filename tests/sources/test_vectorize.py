@@ -179,6 +179,20 @@ def test_embedding_is_billed_to_the_parent_key_with_the_user(sources_server: Ser
     assert row["status_code"] == 200 and row["prompt_tokens"] > 5 and row["user_id"] == str(user_id)
 
 
+def test_a_spent_budget_never_refuses_an_upload(sources_server: Server) -> None:
+    """Vectorize is not a metered call (CONTRACT.md decision 11; the spec lists no 402 for it): with the
+    parent key's budget spent, its user's upload is still embedded, and still charged to it."""
+    app_key = sources_server.create_key(budget_usd=0)
+    spent = httpx.post(sources_server.v1 + "/chat/completions", headers=auth(app_key), timeout=30,
+                       json={"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]})
+    assert spent.status_code == 402  # the budget is spent for metered calls
+    user = new_user(sources_server, app_key)
+    response = upload(user, "spent.md", b"# Spent\n\nThe budget is gone, and the upload is embedded anyway.")
+    assert response.status_code == 201, response.text
+    rows = sources_server.usage_rows(app_key)
+    assert [(r["model"], r["status_code"]) for r in rows] == [("all-minilm-l6-v2", 200)]
+
+
 def test_user_keys_only(sources_server: Server, alice: User) -> None:
     response = httpx.post(f"{sources_server.v1}/conversations/0/files/vectorize", headers=auth(alice.app_key),
                           files={"file": ("a.txt", b"hello")})

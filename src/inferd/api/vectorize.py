@@ -7,7 +7,7 @@ import re
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from inferd.api.deps import metered_user_key, services
+from inferd.api.deps import services, user_key
 from inferd.api.body_limits import VECTORIZE_UPLOAD_BYTES
 from inferd.api.uploads import read_upload
 from inferd.errors import InvalidRequest, PermissionDenied
@@ -36,7 +36,7 @@ def vectorize_target(raw: str) -> int:
         "file": {"type": "string", "format": "binary",
                  "description": f"one of: {', '.join(sorted(EXTENSIONS))}; at most 50 MiB"}}}}}}})
 async def vectorize_file(request: Request, id: str, ephemeral: bool = Query(False),
-                         key: KeyRecord = Depends(metered_user_key)) -> Response:
+                         key: KeyRecord = Depends(user_key)) -> Response:
     """Extract, chunk and embed the uploaded `file` into the conversation (201), or link the caller's
     existing source with the same content (200, `total.duplicate`)."""
     svc = services(request)
