@@ -39,6 +39,7 @@ CASES = [
     ({**OK, "top_p": "all"}, "top_p"),
     ({**OK, "seed": 1.5}, "seed"),
     ({**OK, "reasoning_effort": "maximum"}, "reasoning_effort"),
+    ({**OK, "model": "no-such-model", "reasoning_effort": "maximum"}, "reasoning_effort"),  # 400 before 404
     ({**OK, "tools": [{"type": "retrieval"}]}, "tools[0].type"),
     ({**OK, "tools": [{"type": "function"}]}, "tools[0].function"),
     ({**OK, "tools": [{"type": "function", "function": {"description": "x"}}]}, "tools[0].function.name"),

@@ -72,6 +72,18 @@ def test_count_validation(server: Server, app_key: str, body: dict, field: str) 
     assert response.json()["error"]["message"].startswith(field)
 
 
+def test_a_bad_reasoning_effort_is_400_before_the_model_and_the_limits(server: Server) -> None:
+    """"Any other value returns 400", whatever else is wrong: checked with the body, before the
+    model is looked up and before the rate limit takes a slot of the key's window."""
+    key = server.create_key(rpm=1)
+    bad = {"model": "no-such-model", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"}
+    for path in ("/chat/count_tokens", "/chat/completions", "/chat/completions"):
+        response = httpx.post(server.v1 + path, headers=auth(key), json=bad)
+        assert response.status_code == 400 and response.json()["error"]["message"].startswith("reasoning_effort")
+    good = {"model": "mock-chat", "messages": [{"role": "user", "content": "x"}]}
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(key), json=good).status_code == 200
+
+
 def test_count_unknown_model_is_404(server: Server, app_key: str) -> None:
     response = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key),
                           json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})

@@ -185,6 +185,7 @@ def check_chat(body: dict[str, Any]) -> None:
     if "response_format" in body and body["response_format"] is not None \
             and not isinstance(body["response_format"], dict):
         raise _fail("response_format", "must be an object")
+    check_reasoning_effort(body)  # the enum here, before the limits; what the model accepts, later
 
 
 def check_count_tokens(body: dict[str, Any]) -> None:
@@ -192,3 +193,4 @@ def check_count_tokens(body: dict[str, Any]) -> None:
     check_model(body)
     check_messages(body)
     check_tools(body)
+    check_reasoning_effort(body)
