@@ -22,6 +22,18 @@ type = "embeddings"
 base_url = "{upstream}/v1"
 upstream_model = "mock-embedder"
 aliases = ["embed"]
+
+[[models]]
+id = "first-image"
+type = "image-gen"
+base_url = "{upstream}/v1"
+upstream_model = "mock-first-image"
+
+[[models]]
+id = "second-image"
+type = "image-gen"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
 """
 
 
@@ -44,7 +56,7 @@ def test_configured_alias_routes_to_the_configured_model(alias_server: Server, u
     listing = httpx.get(alias_server.v1 + "/models", headers=auth(key))
     assert listing.status_code == 200, listing.text
     aliases = {m["id"]: m["aliases"] for m in listing.json()["data"]}
-    assert aliases == {"all-minilm-l6-v2": [], "mock-embed": ["embed"]}
+    assert aliases == {"all-minilm-l6-v2": [], "mock-embed": ["embed"], "first-image": ["t2i"], "second-image": []}
 
     before = len(embeddings_requests(upstream))
     by_alias = httpx.post(alias_server.v1 + "/embeddings", headers=auth(key),
@@ -60,3 +72,14 @@ def test_configured_alias_routes_to_the_configured_model(alias_server: Server, u
     assert builtin.status_code == 200, builtin.text
     assert builtin.json()["model"] == "all-minilm-l6-v2" and len(builtin.json()["data"][0]["embedding"]) == 384
     assert len(embeddings_requests(upstream)) == before + 1
+
+
+def test_t2i_names_the_first_image_model(alias_server: Server, upstream: Upstream) -> None:
+    """The spec: "alias `t2i` resolves to the image model"; with several, the first in the file."""
+    key = alias_server.create_key()
+    reply = httpx.post(alias_server.v1 + "/images/generations", headers=auth(key), timeout=30,
+                       json={"model": "t2i", "prompt": "a red square", "size": "8x8"})
+    assert reply.status_code == 200, reply.text
+    sent = [r["body"] for r in upstream.requests() if r["path"] == "/v1/images/generations"]
+    assert sent[-1]["model"] == "mock-first-image"
+    assert alias_server.usage_rows(key)[0]["model"] == "first-image"

@@ -114,3 +114,14 @@ def test_builtin_keeps_its_aliases_when_nothing_takes_them(tmp_path: Path,
         aliases = _load(tmp_path, BUILTIN_QWEN + GOOD + 'aliases = ["quick"]\n')
     assert aliases == {"qwen2.5-coder-0.5b-instruct": ("fast", "chat"), "m": ("quick",)}
     assert [r for r in caplog.records if r.name == "inferd.catalogue"] == []
+
+
+def _image(model_id: str, extra: str = "") -> str:
+    return f'[[models]]\nid = "{model_id}"\ntype = "image-gen"\nbase_url = "http://127.0.0.1:1/v1"\n{extra}\n'
+
+
+def test_t2i_goes_to_the_first_image_model_unless_a_model_takes_it(tmp_path: Path) -> None:
+    assert _load(tmp_path, GOOD + _image("a") + _image("b")) == {"m": (), "a": ("t2i",), "b": ()}
+    assert _load(tmp_path, GOOD + _image("a") + _image("b", 'aliases = ["t2i"]')) == {"m": (), "a": (), "b": ("t2i",)}
+    assert _load(tmp_path, GOOD.replace('"m"', '"t2i"') + _image("a")) == {"t2i": (), "a": ()}
+    assert _load(tmp_path, GOOD) == {"m": ()}

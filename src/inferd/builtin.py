@@ -92,6 +92,22 @@ def default_aliases(raw: Any, builtins: Mapping[str, dict[str, Any]]) -> tuple[s
     return tuple(builtins[raw["id"]]["aliases"])
 
 
+# The spec's own alias: `t2i` names the image model. A configuration with image models gives it to
+# the first of them, unless one of its models already takes the name.
+IMAGE_ALIAS = "t2i"
+
+
+def with_image_alias(models: Sequence[ModelConfig]) -> tuple[ModelConfig, ...]:
+    """`models` with IMAGE_ALIAS added to the first image-gen model when no model is named so."""
+    if any(IMAGE_ALIAS == m.id or IMAGE_ALIAS in m.aliases for m in models):
+        return tuple(models)
+    for index, model in enumerate(models):
+        if model.type == "image-gen":
+            named = dataclasses.replace(model, aliases=(*model.aliases, IMAGE_ALIAS))
+            return (*models[:index], named, *models[index + 1:])
+    return tuple(models)
+
+
 def settle_names(models: Sequence[ModelConfig], defaults: Sequence[tuple[str, ...]], source: str
                  ) -> tuple[ModelConfig, ...]:
     """Check that every id and alias names one model, and drop the built-in default aliases

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
-from inferd.builtin import builtin_tables, default_aliases, settle_names
+from inferd.builtin import builtin_tables, default_aliases, settle_names, with_image_alias
 from inferd.config_pools import POOL_KEYS, check_pool_values, check_pools, expand_deployments
 from inferd.errors import ConfigError
 
@@ -435,7 +435,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         raise where.fail("[[models]]", None, "expected an array of tables")
     models = tuple(_parse_model(where, i, _with_builtin(where, i, m, builtins), engine_keys)
                    for i, m in enumerate(models_raw))
-    models = settle_names(models, [default_aliases(m, builtins) for m in models_raw], str(path))
+    models = with_image_alias(settle_names(models, [default_aliases(m, builtins) for m in models_raw], str(path)))
     check_pools(models, str(path))
     for table in ("conversations", "batches", "limits", "audio", "metrics", "logging"):
         if table in raw and not isinstance(raw[table], dict):
