@@ -113,8 +113,14 @@ def test_text_is_the_default_and_json_can_come_from_the_config(tmp_path: Path, b
         time.sleep(0.3)
         assert response.headers["x-request-id"] not in server.log()  # quiet per request, as before
         assert not [line for line in server.log().splitlines() if line.startswith("{")]
+        assert [line for line in server.log().splitlines() if line.startswith("inferd serving on http://")]
     with serving(tmp_path / "json", backend, upstream, '[logging]\nformat = "json"\n' + OBSERVE_TOML) as server:
         response = httpx.post(server.v1 + "/chat/completions", headers=auth(server.create_key()), json=body,
                               timeout=10)
         assert response.status_code == 200
         assert access_lines(server, response.headers["x-request-id"])[0]["model"] == "obs-chat"
+        # The start-up line on stderr is an object too, so a log pipeline parses the whole stream.
+        lines = server.log().splitlines()
+        assert not [line for line in lines if line.startswith("inferd serving on")]
+        [banner] = [json.loads(line) for line in lines if line.startswith("{") and "serving on" in line]
+        assert banner["level"] == "info" and banner["message"].startswith("inferd serving on http://")

@@ -16,6 +16,7 @@ from inferd.cli.common import run_with_db, settings_from_env
 from inferd.cli.keys import create_key
 from inferd.config import LOG_FORMATS, Settings
 from inferd.errors import ConfigError
+from inferd.observe.logs import startup_line
 from inferd.store.orgs import OrgRepository
 
 DEFAULT_ORG = "default"
@@ -66,7 +67,7 @@ def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None,
     settings = settings_from_env(config_path=config_path, data_dir=data_dir,
                                  batch_worker=False if no_batch_worker else None, log_format=log_format)
     try:
-        load_config(settings)
+        catalogue, _ = load_config(settings)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     if workers > 1 and not settings.redis_url:
@@ -78,8 +79,9 @@ def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None,
     if first_key:
         click.echo(f"Created org '{DEFAULT_ORG}' and its first application key (shown only once):")
         click.echo(first_key)
-    click.echo(f"inferd serving on http://{host}:{port}/v1 ({settings.config_path or 'built-in catalogue'}, "
-               f"{_database_label(settings)})", err=True)
+    banner = (f"inferd serving on http://{host}:{port}/v1 ({settings.config_path or 'built-in catalogue'}, "
+              f"{_database_label(settings)})")
+    click.echo(startup_line(banner, settings.log_format or catalogue.observe.log_format), err=True)
     options = dict(host=host, port=port, loop="uvloop", http="httptools", access_log=False, log_level="warning",
                    lifespan="on", timeout_graceful_shutdown=10, proxy_headers=False)
     if workers == 1:

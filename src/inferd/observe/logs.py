@@ -41,6 +41,15 @@ def _iso(moment: float) -> str:
     return datetime.fromtimestamp(moment, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def startup_line(message: str, log_format: str) -> str:
+    """A line the command prints on stderr before the server starts: as it is in `text`, or as an
+    object shaped like the warnings' in `json`, so that the whole stream stays parseable."""
+    if log_format != "json":
+        return message
+    return orjson.dumps({"ts": _iso(time.time()), "level": "info", "logger": "inferd", "request_id": "-",
+                         "message": message}).decode()
+
+
 def configure_logging(log_format: str) -> None:
     """Route the `inferd` loggers to stderr in `log_format` (idempotent: one handler)."""
     logger = logging.getLogger("inferd")
