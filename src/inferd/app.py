@@ -9,6 +9,7 @@ import os
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -52,6 +53,7 @@ from inferd.engines.registry import EngineRegistry, default_registry
 from inferd.errors import InferdError, InvalidRequest, MethodNotAllowed, NotFound
 from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
+from inferd.limits.worker_window import FILE_ENV as WORKER_RATE_FILE_ENV, WorkerRateLimiter
 from inferd.limits.redis import RedisLimits
 from inferd.limits.resp import connect as connect_redis
 from inferd.metering import UsageRecorder, UsageWriter, load_spend, usage_sink
@@ -145,7 +147,9 @@ async def build_services(settings: Settings) -> Services:
         redis = connect_redis(settings.redis_url)
         limits: Limits = RedisLimits(redis, settings.redis_prefix, loader)
     else:
-        limits = Limits(MemoryRateLimiter(), MemorySpendCounter(loader))
+        shared_window = os.environ.get(WORKER_RATE_FILE_ENV)  # a worker of `serve --workers N`
+        rate = WorkerRateLimiter(Path(shared_window)) if shared_window else MemoryRateLimiter()
+        limits = Limits(rate, MemorySpendCounter(loader))
     metrics = Metrics()
     if hot is not None:
         writer = JournaledUsageWriter(hot, limits.spend, metrics)

@@ -99,12 +99,6 @@ def _check_bootstrap(tmp_path: Path, fresh: Backend, config_file: Path) -> None:
         second.stop()
 
 
-def test_workers_above_one_need_redis(tmp_path: Path, config_file: Path) -> None:
-    result = subprocess.run([INFERD, "serve", "--workers", "2", "--config", str(config_file), "--data-dir",
-                             str(tmp_path)], capture_output=True, text=True, env=clean_env({}), timeout=60)
-    assert result.returncode != 0 and "INFERD_REDIS_URL" in result.stderr
-
-
 def test_serve_help_names_the_limits_an_operator_sets() -> None:
     """`inferd serve --help` lists the body caps and the settings that bound one request."""
     result = subprocess.run([INFERD, "serve", "--help"], capture_output=True, text=True, env=clean_env({}))

@@ -16,6 +16,7 @@ from inferd.cli.common import run_with_db, settings_from_env
 from inferd.cli.keys import create_key
 from inferd.config import LOG_FORMATS, Settings
 from inferd.errors import ConfigError
+from inferd.limits.worker_window import FILE_ENV as WORKER_RATE_FILE_ENV
 from inferd.observe.logs import startup_line
 from inferd.store.orgs import OrgRepository
 
@@ -70,10 +71,6 @@ def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None,
         catalogue, _ = load_config(settings)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    if workers > 1 and not settings.redis_url:
-        raise click.ClickException(
-            "--workers above 1 needs INFERD_REDIS_URL: without a shared Redis every worker would keep its own "
-            "rate limits and spend counters, silently multiplying each key's limits")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     first_key = run_with_db(settings, bootstrap)
     if first_key:
@@ -88,13 +85,18 @@ def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None,
         uvicorn.run(InferdApp(settings), **options)  # type: ignore[arg-type]
     else:
         os.environ.update(settings.environ())  # each worker process rebuilds the same settings
-        # The workers share their metrics through files in a fresh folder (GET /metrics sums them).
-        metrics_dir = tempfile.mkdtemp(prefix="inferd-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        # The workers share their metrics through files in a fresh folder (GET /metrics sums them)
+        # and, without Redis, their rate windows through a file there (limits/worker_window.py);
+        # spend is shared through the database either way.
+        shared = Path(tempfile.mkdtemp(prefix="inferd-workers-"))
+        (shared / "metrics").mkdir()
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(shared / "metrics")
+        if not settings.redis_url:
+            os.environ[WORKER_RATE_FILE_ENV] = str(shared / "rate-windows.db")
         try:
             uvicorn.run("inferd.app:create_app", factory=True, workers=workers, **options)  # type: ignore[arg-type]
         finally:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
+            shutil.rmtree(shared, ignore_errors=True)
 
 
 def _database_label(settings: Settings) -> str:

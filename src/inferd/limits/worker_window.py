@@ -1,0 +1,66 @@
+"""The requests-per-minute window shared by the workers of one `inferd serve --workers N` without
+Redis: the same exact sliding window as `MemoryRateLimiter`, kept in a SQLite file that `serve`
+makes for its workers (and removes when they stop).
+
+Without it every worker would keep its own window and a key's limit would be multiplied by N.
+One admission is one short write transaction (no fsync: the file lives as long as the server, as
+the in-memory window does), so a worker waits for another only while that one counts a request.
+With Redis configured, the Redis window is used instead and this file is never made.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from pathlib import Path
+
+from inferd.limits.base import WINDOW_SECONDS
+
+# Set by `serve` for its workers when there is no Redis: the file of their shared window.
+FILE_ENV = "INFERD_WORKER_RATE_FILE"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS hits (window TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS hits_by_window ON hits (window, at);
+"""
+
+
+class WorkerRateLimiter:
+    """Exact sliding window in a file the workers share: admitted while fewer than `limit`
+    requests of the window fall in the last minute (wall-clock time, the same in every worker)."""
+
+    def __init__(self, path: Path, window: float = WINDOW_SECONDS) -> None:
+        self._window = window
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.executescript(SCHEMA)
+
+    async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
+        """Count `units` requests; None when admitted, else seconds until enough slots free."""
+        now = time.time()
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")  # one worker at a time counts a window: no two take its last slot
+        try:
+            db.execute("DELETE FROM hits WHERE window = ? AND at <= ?", (key, now - self._window))
+            (held,) = db.execute("SELECT count(*) FROM hits WHERE window = ?", (key,)).fetchone()
+            excess = held + units - limit
+            if excess <= 0:
+                db.executemany("INSERT INTO hits (window, at) VALUES (?, ?)", [(key, now)] * units)
+                retry_after = None
+            elif excess > held:  # more units than the limit: never admitted
+                retry_after = math.ceil(self._window)
+            else:
+                (frees_at,) = db.execute("SELECT at FROM hits WHERE window = ? ORDER BY at LIMIT 1 OFFSET ?",
+                                         (key, excess - 1)).fetchone()
+                retry_after = max(1, math.ceil(frees_at + self._window - now))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return retry_after
+
+    async def close(self) -> None:
+        """Close the file (the command that made it removes it)."""
+        self._db.close()

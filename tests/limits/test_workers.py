@@ -1,0 +1,40 @@
+"""`inferd serve --workers 2` without Redis (CONTRACT.md: `--workers N` needs nothing more): the
+workers share one requests-per-minute window per key, so the limit is not multiplied by the
+number of workers; spend is shared through the database, as between any two processes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from tests.harness import Backend, Upstream, auth, serving
+
+CHAT_TOML = """
+[[models]]
+id = "mock-chat"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+"""
+
+
+def test_two_workers_without_redis_share_one_window(tmp_path: Path, backend: Backend, upstream: Upstream) -> None:
+    local = Backend(backend.database_url, None, backend.redis_prefix + "workers:")
+    with serving(tmp_path, local, upstream, CHAT_TOML, args=("--workers", "2")) as server:
+        key = server.create_key(rpm=10)
+
+        async def fire() -> list[httpx.Response]:
+            limits = httpx.Limits(max_connections=40, max_keepalive_connections=0)  # new connections: both workers
+            async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+                calls = [client.post(server.v1 + "/chat/completions", headers=auth(key),
+                                     json={"model": "mock-chat", "messages": [{"role": "user", "content": "x"}]})
+                         for _ in range(40)]
+                return list(await asyncio.gather(*calls))
+
+        replies = asyncio.run(fire())
+        statuses = [r.status_code for r in replies]
+        assert statuses.count(200) == 10 and statuses.count(429) == 30, statuses
+        waits = {int(r.headers["retry-after"]) for r in replies if r.status_code == 429}
+        assert waits and all(1 <= wait <= 60 for wait in waits)
+        assert len(server.usage_rows(key)) == 10
