@@ -125,3 +125,12 @@ def test_t2i_goes_to_the_first_image_model_unless_a_model_takes_it(tmp_path: Pat
     assert _load(tmp_path, GOOD + _image("a") + _image("b", 'aliases = ["t2i"]')) == {"m": (), "a": (), "b": ("t2i",)}
     assert _load(tmp_path, GOOD.replace('"m"', '"t2i"') + _image("a")) == {"t2i": (), "a": ()}
     assert _load(tmp_path, GOOD) == {"m": ()}
+
+
+def test_a_thinking_model_shows_the_reasoning_effort_capability(tmp_path: Path) -> None:
+    config = tmp_path / "inferd.toml"
+    config.write_text(GOOD + 'thinking = "hybrid"\ncapabilities = ["tools"]\n' + GOOD.replace('"m"', '"n"')
+                      + 'thinking = "never"\n')
+    models = {m.id: m for m in load_catalogue(config, default_registry().option_keys()).models}
+    assert models["m"].capabilities == ("tools", "reasoning_effort") and models["m"].thinking == "hybrid"
+    assert models["n"].capabilities == () and models["n"].thinking == "never"

@@ -281,6 +281,9 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
         values["capabilities"] = _string_list(where, table, "capabilities", values["capabilities"], CAPABILITIES)
         if "thinking" not in values and "reasoning_effort" in values["capabilities"]:
             values["thinking"] = "hybrid"
+    if values.get("thinking") in ("hybrid", "always") and "reasoning_effort" not in values.get("capabilities", ()):
+        # A model that thinks says so in its capabilities too, as its supported_parameters do.
+        values["capabilities"] = (*values.get("capabilities", ()), "reasoning_effort")
     if "context_length" in values and values["context_length"] < 1:
         raise where.fail(table, "context_length", "must be a positive integer")
     if "timeout_s" in values:
