@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Protocol
@@ -34,6 +35,19 @@ class _MonthClock:
 
 current_month = _MonthClock()
 current_month.__doc__ = "The budget period: the UTC calendar month, as YYYY-MM."
+
+
+def window_wait(held: int, units: int, limit: int, nth_oldest: Callable[[int], float], now: float,
+                window: float) -> int | None:
+    """The sliding window's verdict: None when `units` more requests fit beside the `held` ones of
+    the last `window` seconds, else whole seconds until enough of them leave it (`nth_oldest(i)`:
+    the time of the i-th oldest held request, asked only then)."""
+    excess = held + units - limit
+    if excess <= 0:
+        return None
+    if excess > held:  # more units than the limit: never admitted
+        return math.ceil(window)
+    return max(1, math.ceil(nth_oldest(excess - 1) + window - now))
 
 
 class RateLimiter(Protocol):

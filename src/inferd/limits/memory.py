@@ -4,11 +4,10 @@ from the database at most once a second."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 
-from inferd.limits.base import WINDOW_SECONDS, SpendLoader, current_month
+from inferd.limits.base import WINDOW_SECONDS, SpendLoader, current_month, window_wait
 
 log = logging.getLogger("inferd.limits")
 
@@ -34,13 +33,10 @@ class MemoryRateLimiter:
         cutoff = now - self._window
         while hits and hits[0] <= cutoff:
             hits.popleft()
-        excess = len(hits) + units - limit
-        if excess > 0:
-            if excess > len(hits):  # more units than the limit: never admitted
-                return math.ceil(self._window)
-            return max(1, math.ceil(hits[excess - 1] + self._window - now))
-        hits.extend([now] * units)
-        return None
+        wait = window_wait(len(hits), units, limit, hits.__getitem__, now, self._window)
+        if wait is None:
+            hits.extend([now] * units)
+        return wait
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -1,6 +1,6 @@
 """The requests-per-minute window shared by the workers of one `inferd serve --workers N` without
-Redis: the same exact sliding window as `MemoryRateLimiter`, kept in a SQLite file that `serve`
-makes for its workers (and removes when they stop).
+Redis: the same exact sliding window as `MemoryRateLimiter` (`window_wait` decides for both), kept
+in a SQLite file that `serve` makes for its workers (and removes when they stop).
 
 Without it every worker would keep its own window and a key's limit would be multiplied by N.
 One admission is one short write transaction (no fsync: the file lives as long as the server, as
@@ -10,12 +10,11 @@ With Redis configured, the Redis window is used instead and this file is never m
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
 from pathlib import Path
 
-from inferd.limits.base import WINDOW_SECONDS
+from inferd.limits.base import WINDOW_SECONDS, window_wait
 
 # Set by `serve` for its workers when there is no Redis: the file of their shared window.
 FILE_ENV = "INFERD_WORKER_RATE_FILE"
@@ -45,16 +44,15 @@ class WorkerRateLimiter:
         try:
             db.execute("DELETE FROM hits WHERE window = ? AND at <= ?", (key, now - self._window))
             (held,) = db.execute("SELECT count(*) FROM hits WHERE window = ?", (key,)).fetchone()
-            excess = held + units - limit
-            if excess <= 0:
+
+            def nth_oldest(index: int) -> float:
+                (at,) = db.execute("SELECT at FROM hits WHERE window = ? ORDER BY at LIMIT 1 OFFSET ?",
+                                   (key, index)).fetchone()
+                return float(at)
+
+            retry_after = window_wait(held, units, limit, nth_oldest, now, self._window)
+            if retry_after is None:
                 db.executemany("INSERT INTO hits (window, at) VALUES (?, ?)", [(key, now)] * units)
-                retry_after = None
-            elif excess > held:  # more units than the limit: never admitted
-                retry_after = math.ceil(self._window)
-            else:
-                (frees_at,) = db.execute("SELECT at FROM hits WHERE window = ? ORDER BY at LIMIT 1 OFFSET ?",
-                                         (key, excess - 1)).fetchone()
-                retry_after = max(1, math.ceil(frees_at + self._window - now))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
