@@ -46,9 +46,15 @@ def test_optional_fields_are_omitted_when_unset(server: Server, app_key: str) ->
 
 
 def test_reasoning_models_advertise_reasoning_effort(server: Server, app_key: str) -> None:
-    model = listing(server, app_key)["mock-reason"]
+    models = listing(server, app_key)
+    model = models["mock-reason"]
     assert model["capabilities"] == {"reasoning_effort": True}
     assert "reasoning_effort" in model["supported_parameters"]
+    # `thinking = "always"` alone (no capabilities configured): a model that thinks says so.
+    assert models["mock-always"]["capabilities"] == {"reasoning_effort": True}
+    # `thinking = "never"` accepts only "off": the parameter, but no thinking to advertise.
+    assert models["mock-never"]["capabilities"] == {}
+    assert "reasoning_effort" in models["mock-never"]["supported_parameters"]
 
 
 def test_configured_supported_parameters_override(server: Server, app_key: str) -> None:
