@@ -108,6 +108,13 @@ max_in_flight = 1
 queue_timeout_s = 10
 
 [[models]]
+id = "fifo"
+upstream_model = "mock-sleep-0.5"
+base_url = "{c}/v1"
+max_in_flight = 1
+queue_timeout_s = 30
+
+[[models]]
 id = "fleet"
 upstream_model = "mock"
 cooldown_s = 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from tests.batches.conftest import create, wait_for
 from tests.harness import Server, auth
@@ -159,6 +160,36 @@ def test_back_pressure_waits_in_line_then_answers_503_without_a_usage_row(pool_s
         replies = list(pool.map(lambda _: chat(pool_server, key, "queued"), range(3)))
     assert [r.status_code for r in replies] == [200, 200, 200]
     assert time.monotonic() - started >= 1.1  # one at a time
+
+
+@pytest.mark.timeout(240)
+def test_the_line_is_first_come_first_served(pool_server: Server, fleet: Fleet) -> None:
+    """One deployment at max_in_flight 1 answering in 0.5 s, six calls started 0.25 s apart: every
+    other call arrives just as a slot frees, and must still wait behind the calls already in line.
+    The engine must see them in the order they came, in each of 20 rounds. Each caller keeps a warm
+    connection, so a call reaches the server the moment it is sent."""
+    key = new_key(pool_server)
+    callers = [httpx.Client(base_url=pool_server.v1, headers=auth(key), timeout=60) for _ in range(6)]
+    try:
+        for client in callers:
+            assert client.get("/models").status_code == 200
+        orders = []
+        for _ in range(20):
+            marker = uuid.uuid4().hex[:8]
+            with ThreadPoolExecutor(6) as pool:
+                replies = []
+                for n, client in enumerate(callers):
+                    body = {"model": "fifo", "messages": [{"role": "user", "content": f"{marker}-{n}"}]}
+                    replies.append(pool.submit(client.post, "/chat/completions", json=body))
+                    time.sleep(0.25)
+                assert [r.result().status_code for r in replies] == [200] * 6
+            seen = [str(r["body"]["messages"][0]["content"]) for r in fleet.upstreams["c"].requests()
+                    if r["path"] == "/v1/chat/completions" and marker in str(r["body"]["messages"][0]["content"])]
+            orders.append([int(content.rsplit("-", 1)[1]) for content in seen])
+    finally:
+        for client in callers:
+            client.close()
+    assert [order for order in orders if order != list(range(6))] == [], orders
 
 
 def _load(server: Server, key: str, model: str, seconds: float, workers: int,

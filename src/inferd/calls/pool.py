@@ -19,7 +19,16 @@ from inferd.config_pools import MAX_COOLDOWN_S
 from inferd.errors import ModelOverloaded
 
 REASONS = ("connect", "timeout", "status_5xx", "status_429")
-WAIT = -1  # `Pool.take`: every untried deployment is full (or others wait in line): wait with `acquire`
+WAIT = -1  # `Pool.take`: every untried deployment is full: wait in line with `acquire`
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """A call waiting in line: the future it is handed its slot's index on, and the deployments it
+    already tried (a freed slot on one of those goes to the next in line)."""
+
+    slot: asyncio.Future[int]
+    tried: frozenset[int]
 
 
 @dataclass
@@ -50,7 +59,7 @@ class Pool:
         self.states = [DeploymentState(d.deployment_name, d.weight, d.max_in_flight) for d in model.pool]
         self._clock = clock
         self._turn = [0.0] * len(self.states)  # smooth weighted round-robin credits
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[_Waiter] = deque()
         self._single = len(self.states) == 1
 
     def healthy(self, index: int) -> bool:
@@ -68,8 +77,9 @@ class Pool:
 
     def take(self, affinity: str | None, tried: Sequence[int]) -> int | None:
         """A slot on the best untried deployment without waiting: its index; WAIT when every untried
-        one is full or calls wait in line before this one; None when all were tried."""
-        if self._single and not tried and not self._waiters:  # a pool of one: the usual case
+        one is full; None when all were tried. A free slot is never one a waiting call could use
+        (`release` hands those over), so taking it overtakes nobody."""
+        if self._single and not tried:  # a pool of one: the usual case
             state = self.states[0]
             if state.max_in_flight is None or state.in_flight < state.max_in_flight:
                 state.in_flight += 1
@@ -78,8 +88,6 @@ class Pool:
         candidates = self.candidates(affinity, tried)
         if not candidates:
             return None
-        if self._waiters:
-            return WAIT
         taken = self._take(candidates)
         return WAIT if taken is None else taken
 
@@ -94,53 +102,46 @@ class Pool:
 
     async def acquire(self, affinity: str | None, tried: Sequence[int], deadline: float) -> int | None:
         """A slot on the best untried deployment: its index, held until `release`. When every untried
-        deployment is full, waits in line (first come, first served) until one frees a slot or
-        `deadline` (monotonic) passes: then 503 `model_overloaded`. None when all were tried."""
+        deployment is full, waits in line (first come, first served: `release` hands the freed slot
+        to the first waiting call that may use it) until then or `deadline` (monotonic) passes:
+        then 503 `model_overloaded`. None when all were tried."""
         candidates = self.candidates(affinity, tried)
         if not candidates:
             return None
-        if not self._waiters:
-            taken = self._take(candidates)
-            if taken is not None:
-                return taken
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
+        taken = self._take(candidates)
+        if taken is not None:
+            return taken
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), frozenset(tried))
         self._waiters.append(waiter)
         try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ModelOverloaded(self.queue_timeout_s)
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiter), left)
-                except asyncio.TimeoutError:
-                    raise ModelOverloaded(self.queue_timeout_s) from None
-                taken = self._take(self.candidates(affinity, tried))
-                if taken is not None:
-                    return taken
-                # The freed slot is on a deployment this call already tried: keep the place in line.
-                waiter = loop.create_future()
-                self._waiters.appendleft(waiter)
-                self._wake_next(skip=waiter)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ModelOverloaded(self.queue_timeout_s)
+            try:
+                return await asyncio.wait_for(asyncio.shield(waiter.slot), left)
+            except asyncio.TimeoutError:
+                if waiter.slot.done():  # handed a slot in the same turn as the deadline: take it
+                    return waiter.slot.result()
+                raise ModelOverloaded(self.queue_timeout_s) from None
+        except BaseException:
+            # Cancelled (the client left) after a slot was handed over: pass it on down the line.
+            if waiter.slot.done() and not waiter.slot.cancelled():
+                self.release(waiter.slot.result())
+            raise
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
-            # Leaving (served, timed out or cancelled) with a slot free: the next in line may take it.
-            if self._waiters and any(s.has_room() for s in self.states):
-                self._wake_next()
-
-    def _wake_next(self, skip: asyncio.Future[None] | None = None) -> None:
-        for waiter in self._waiters:
-            if waiter is not skip and not waiter.done():
-                waiter.set_result(None)
-                self._waiters.remove(waiter)
-                return
 
     def release(self, index: int) -> None:
-        """The call on this deployment ended: its slot goes to the first in line."""
+        """The call on this deployment ended: its slot goes to the first call in line that has not
+        tried this deployment yet, counted as taken for it, so no call arriving meanwhile can take it."""
+        for waiter in self._waiters:
+            if index not in waiter.tried and not waiter.slot.done():
+                self._waiters.remove(waiter)
+                self.states[index].attempts += 1
+                waiter.slot.set_result(index)
+                return
         self.states[index].in_flight -= 1
-        if self._waiters:
-            self._wake_next()
 
     def failed(self, index: int, reason: str) -> None:
         """An attempt failed for `reason`: the deployment cools down, twice as long each time in a row."""
