@@ -85,6 +85,17 @@ class AdminKeyRequired(PermissionDenied):
         super().__init__("This route takes an admin key (inferd keys create --type admin)")
 
 
+class UserAlreadyLinked(PermissionDenied):
+    """A key bound to a user that an idp subject already owns (CONTRACT.md decision 22, amended):
+    such a key mints that user's keys on the exchange's second shape and reads their conversations."""
+
+    code = "user_already_linked"
+
+    def __init__(self, email: str) -> None:
+        super().__init__(f"The user '{email}' already signs in through the identity provider: a key bound to "
+                         "them could act as them", param="user_email")
+
+
 class NotFound(InferdError):
     status, type, code = 404, "not_found_error", "not_found"
 

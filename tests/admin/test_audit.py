@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any
 
 from tests.admin.conftest import AdminOrg, admin_call, cli, error, ok
@@ -70,6 +71,25 @@ def test_cli_actions_are_recorded_with_the_actor_cli(server: Server, org: AdminO
     key = ok(admin_call(server, org.admin, "GET", f"/keys/{key_id}"))
     assert (key["budget_usd"], key["rpm"], key["name"]) == (3.0, None, "job") and key["revoked_at"] is not None
     assert ok(admin_call(server, org.admin, "GET", "/org"))["models"] == ["mock-chat", "mock-plain"]
+
+
+def test_org_creation_by_the_cli_is_recorded(server: Server) -> None:
+    slug = f"adm-{uuid.uuid4().hex[:8]}"
+    cli(server, "orgs", "create", slug, "--models", "mock-chat,fast", "--no-file-attachments", "--web-search")
+    made = AdminOrg(slug, server.create_key(org=slug, key_type="admin"))  # the harness writes no entry
+    assert [(e["action"], e["target"], e["actor"], e["details"]) for e in entries(server, made)["data"]] == [
+        ("org.create", slug, "cli", {"models": ["mock-chat", "fast"], "file_attachments": False, "web_search": True})]
+    # `keys create` on an org that does not exist creates it with defaults: recorded before the key.
+    implicit = f"adm-{uuid.uuid4().hex[:8]}"
+    created = json.loads(cli(server, "keys", "create", "--org", implicit, "--type", "admin", "--json").stdout)
+    page = entries(server, AdminOrg(implicit, created["full_key"]))["data"]
+    assert [(e["action"], e["target"], e["actor"]) for e in page] == [
+        ("key.create", created["access_key_id"], "cli"), ("org.create", implicit, "cli")]
+    assert page[1]["details"] == {"models": "*", "file_attachments": True, "web_search": False}
+    # an org that exists already is not created again: one more key, no second org.create
+    cli(server, "keys", "create", "--org", implicit, "--type", "application")
+    assert [e["action"] for e in entries(server, AdminOrg(implicit, created["full_key"]))["data"]] == [
+        "key.create", "key.create", "org.create"]
 
 
 def test_pages_walk_back_with_after(server: Server, org: AdminOrg) -> None:

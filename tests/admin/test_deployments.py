@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import datetime, timezone
 
 from tests.admin.conftest import AdminOrg, admin_call, chat, ok
@@ -41,3 +42,23 @@ def test_a_failing_deployment_shows_down_with_its_failures(server: Server, org: 
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z", until)
     ends = datetime.fromisoformat(until.replace("Z", "+00:00"))
     assert 0 < (ends - datetime.now(timezone.utc)).total_seconds() <= 61
+
+
+def test_only_the_models_the_org_may_use_are_listed(server: Server, org: AdminOrg) -> None:
+    """The org's allow-list (CONTRACT.md decision 19) bounds the listing as it bounds calls, by id or alias."""
+    everything = {d["model"] for d in ok(admin_call(server, org.admin, "GET", "/deployments"))["data"]}
+    assert {"mock-chat", "mock-plain", "mock-embed", "mock-dead", "mock-maint"} <= everything  # "*": all
+
+    ok(admin_call(server, org.admin, "PATCH", "/org", {"models": ["mock-chat"]}))
+    listed = ok(admin_call(server, org.admin, "GET", "/deployments"))["data"]
+    assert listed and {d["model"] for d in listed} == {"mock-chat"}
+    ok(admin_call(server, org.admin, "PATCH", "/org", {"models": ["embed-alias", "mock-dead"]}))
+    assert {d["model"] for d in ok(admin_call(server, org.admin, "GET", "/deployments"))["data"]} == {
+        "mock-embed", "mock-dead"}
+    ok(admin_call(server, org.admin, "PATCH", "/org", {"models": "*"}))
+    assert {d["model"] for d in ok(admin_call(server, org.admin, "GET", "/deployments"))["data"]} == everything
+    # another org's allow-list is its own
+    narrow = f"adm-{uuid.uuid4().hex[:8]}"
+    server.create_org(narrow, ("fast",))
+    other = AdminOrg(narrow, server.create_key(org=narrow, key_type="admin"))
+    assert {d["model"] for d in ok(admin_call(server, other.admin, "GET", "/deployments"))["data"]} == {"mock-chat"}

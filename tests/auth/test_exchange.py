@@ -244,6 +244,31 @@ def test_shape_b_mints_a_key_for_the_owning_user(idp_server: Server) -> None:
     assert (parse_time(short["expires_at"]) - datetime.now(timezone.utc)).total_seconds() <= 60
 
 
+def test_shape_b_mints_are_audited(idp_server: Server) -> None:
+    """Whoever holds a key bound to a user acts as that user: every shape-B mint is an entry of the
+    org's audit log (actor the owning key, target the user); shape A (a user's own sign-in) is not."""
+    org, email = f"org-{uuid.uuid4().hex[:8]}", f"{uuid.uuid4().hex[:8]}@example.test"
+    owned = idp_server.create_key(org=org, user_email=email)
+    admin = idp_server.create_key(org=org, key_type="admin")
+    minted = httpx.post(idp_server.v1 + "/auth/exchange", json={"api_key": owned, "ttl_seconds": 120})
+    assert minted.status_code == 200, minted.text
+    user_key = minted.json()["user_key"]
+    app_key = idp_server.create_key(org=org)
+    assert exchange(idp_server, app_key, {"idp_token": hs_token()}).status_code == 200  # shape A: no entry
+
+    page = httpx.get(idp_server.v1 + "/admin/audit", headers=auth(admin)).json()
+    assert len(page["data"]) == 1, page
+    entry = page["data"][0]
+    assert (entry["action"], entry["actor"], entry["target"]) == (
+        "user_key.mint", owned.split(":")[0], str(idp_server.key_row(owned)["user_id"]))
+    assert entry["details"] == {"access_key_id": user_key.split(":")[0], "user_email": email,
+                                "expires_at": minted.json()["expires_at"]}
+    assert user_key.split(":")[1] not in json.dumps(page) and owned.split(":")[1] not in json.dumps(page)
+    # Another org's admin sees none of it.
+    outsider = idp_server.create_key(key_type="admin")
+    assert httpx.get(idp_server.v1 + "/admin/audit", headers=auth(outsider)).json()["data"] == []
+
+
 def test_shape_b_refusals(idp_server: Server) -> None:
     unowned = idp_server.create_key()
     response = httpx.post(idp_server.v1 + "/auth/exchange", json={"api_key": unowned})

@@ -4,6 +4,8 @@ other token gets a user of its own that sees none of that user's conversations o
 
 from __future__ import annotations
 
+import json
+import subprocess
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +14,7 @@ import httpx
 import pytest
 
 from tests.auth.test_exchange import exchange, hs_token
-from tests.harness import Server, auth
+from tests.harness import INFERD, Server, auth, clean_env
 
 
 @dataclass
@@ -161,3 +163,85 @@ def test_a_user_key_is_never_exchanged(idp_server: Server) -> None:
     bad_header = httpx.post(idp_server.v1 + "/auth/exchange", json={"api_key": owned_key},
                             headers={"Authorization": "Bearer IFDK" + "A" * 28 + ":" + "a" * 64})
     assert bad_header.status_code == 401 and bad_header.json()["error"]["type"] == "authentication_error"
+
+
+def admin_creates_key(server: Server, admin_key: str, email: str) -> httpx.Response:
+    return httpx.post(server.v1 + "/admin/keys", headers=auth(admin_key),
+                      json={"type": "application", "user_email": email}, timeout=30)
+
+
+def audit_actions(server: Server, admin_key: str) -> list[tuple[str, str, str]]:
+    page = httpx.get(server.v1 + "/admin/audit", headers=auth(admin_key), params={"limit": 100}, timeout=30)
+    assert page.status_code == 200, page.text
+    return [(entry["action"], entry["target"], entry["actor"]) for entry in page.json()["data"]]
+
+
+def test_an_admin_cannot_bind_a_key_to_a_linked_user(idp_server: Server) -> None:
+    """Decision 22 (amended): a key bound to a user mints that user's keys (shape B) and so reads their
+    conversations; an admin may not bind one to a user an idp subject owns: 403 user_already_linked."""
+    org = fresh("org")
+    app_key = idp_server.create_key(org=org)
+    admin_key = idp_server.create_key(org=org, key_type="admin")
+    signed_in = fresh("kim") + "@example.test"
+    victim = via_idp(idp_server, app_key, fresh("sub"), signed_in, email_verified=True)
+    create_conversation(idp_server, victim, "Payroll")
+    # A user first known by email (a key made with --user) and then claimed by a verified subject is linked too.
+    claimed = fresh("lou") + "@example.test"
+    first_known = idp_server.create_key(org=org, user_email=claimed).split(":")[0]
+    via_idp(idp_server, app_key, fresh("sub"), claimed, email_verified=True)
+
+    for email in (signed_in, claimed):
+        refused = admin_creates_key(idp_server, admin_key, email)
+        assert refused.status_code == 403, refused.text
+        assert set(refused.json()) == {"error"}
+        error = refused.json()["error"]
+        assert error["type"] == "permission_error" and error["code"] == "user_already_linked", error
+    # Nothing was made: no key bound to either address but the one made before the claim, no audit entry.
+    listed = httpx.get(idp_server.v1 + "/admin/keys", headers=auth(admin_key), timeout=30).json()["data"]
+    assert [key["access_key_id"] for key in listed if key["user_email"] in (signed_in, claimed)] == [first_known]
+    assert audit_actions(idp_server, admin_key) == []
+
+    # An address no subject owns still takes a key, whose shape-B keys act as that user alone.
+    unlinked = fresh("max") + "@example.test"
+    created = admin_creates_key(idp_server, admin_key, unlinked)
+    assert created.status_code == 201, created.text
+    assert created.json()["user_email"] == unlinked
+    owned = via_owned_key(idp_server, created.json()["full_key"])
+    assert owned.user_id != victim.user_id and owned.conversation_ids(idp_server) == []
+    # An address presented only unverified is not stored, so no linked user bears it: it takes a key,
+    # bound to a user of its own (not the unverified subject's).
+    loose = fresh("ned") + "@example.test"
+    unverified = via_idp(idp_server, app_key, fresh("sub"), loose)
+    created = admin_creates_key(idp_server, admin_key, loose)
+    assert created.status_code == 201, created.text
+    assert via_owned_key(idp_server, created.json()["full_key"]).user_id != unverified.user_id
+
+
+def _cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
+    env = clean_env({**server.backend.env(), "INFERD_CONFIG": str(server.config),
+                     "INFERD_DATA_DIR": str(server.data_dir)})
+    return subprocess.run([INFERD, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_the_cli_refuses_a_linked_user_unless_told(idp_server: Server) -> None:
+    """`inferd keys create --user` refuses a linked user as the admin route does; the operator may
+    bind one deliberately with --allow-linked-user, and the audit entry says so."""
+    org, email = fresh("org"), fresh("oli") + "@example.test"
+    app_key = idp_server.create_key(org=org)
+    admin_key = idp_server.create_key(org=org, key_type="admin")
+    user = via_idp(idp_server, app_key, fresh("sub"), email, email_verified=True)
+    conversation_id = create_conversation(idp_server, user, "Mine")
+    command = ("keys", "create", "--org", org, "--type", "application", "--user", email, "--json")
+
+    refused = _cli(idp_server, *command)
+    assert refused.returncode != 0 and "already signs in" in refused.stderr and "--allow-linked-user" in refused.stderr
+    assert audit_actions(idp_server, admin_key) == []
+
+    allowed = _cli(idp_server, *command, "--allow-linked-user")
+    assert allowed.returncode == 0, allowed.stderr
+    created = json.loads(allowed.stdout)
+    assert via_owned_key(idp_server, created["full_key"]).can_read(idp_server, conversation_id)
+    page = httpx.get(idp_server.v1 + "/admin/audit", headers=auth(admin_key), timeout=30).json()["data"]
+    create_entry = next(entry for entry in page if entry["action"] == "key.create")
+    assert create_entry["actor"] == "cli" and create_entry["target"] == created["access_key_id"]
+    assert create_entry["details"]["linked_user"] is True and create_entry["details"]["user_email"] == email

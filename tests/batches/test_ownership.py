@@ -121,3 +121,47 @@ def test_output_files_belong_to_the_batch_key(batch_server: Server) -> None:
             assert _status(batch_server, other, "GET", f"/files/{file_id}/content") == 404
             assert _status(batch_server, other, "DELETE", f"/files/{file_id}") == 404
     assert _status(batch_server, owner, "GET", f"/files/{done['output_file_id']}") == 200
+
+
+def _audit(server: Server, admin: str) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """The org's audit log as (action, target, actor, details), newest first."""
+    page = httpx.get(server.v1 + "/admin/audit", headers=auth(admin), params={"limit": 100}, timeout=30)
+    assert page.status_code == 200, page.text
+    return [(e["action"], e["target"], e["actor"], e["details"]) for e in page.json()["data"]]
+
+
+def _cancel(server: Server, key: str, batch_id: str) -> str:
+    response = httpx.post(f"{server.v1}/batches/{batch_id}/cancel", headers=auth(key), timeout=30)
+    assert response.status_code == 200, response.text
+    return str(response.json()["status"])
+
+
+def _delete(server: Server, key: str, file_id: str) -> None:
+    response = httpx.delete(f"{server.v1}/files/{file_id}", headers=auth(key), timeout=30)
+    assert response.status_code == 200 and response.json()["deleted"] is True, response.text
+
+
+def test_an_admin_acting_on_another_keys_batch_or_file_is_audited(api_server: Server) -> None:
+    owner, _sibling, admin, outsider = _org_keys(api_server)
+    owner_id, admin_id = owner.split(":")[0], admin.split(":")[0]
+    # A key cancelling and deleting its own is no administration: no entry, for the admin's own either.
+    for key in (owner, admin):
+        own = create(api_server, key, [request_line("own")])
+        assert _cancel(api_server, key, own["id"]) == "cancelled"
+        _delete(api_server, key, own["input_file_id"])
+    assert _audit(api_server, admin) == []
+
+    batch = create(api_server, owner, [request_line("theirs-1"), request_line("theirs-2")])
+    assert _cancel(api_server, admin, batch["id"]) == "cancelled"
+    assert _cancel(api_server, admin, batch["id"]) == "cancelled"  # already cancelled: no second entry
+    stored = httpx.get(f"{api_server.v1}/files/{batch['input_file_id']}", headers=auth(owner)).json()
+    _delete(api_server, admin, batch["input_file_id"])
+    assert _audit(api_server, admin) == [
+        ("file.delete", batch["input_file_id"], admin_id,
+         {"owner_key_id": owner_id, "filename": stored["filename"], "purpose": "batch", "bytes": stored["bytes"]}),
+        ("batch.cancel", batch["id"], admin_id, {"owner_key_id": owner_id})]
+    # A refused cancel or delete changes nothing and records nothing; another org's admin sees nothing.
+    refused = httpx.post(f"{api_server.v1}/batches/{batch['id']}/cancel", headers=auth(outsider), timeout=30)
+    assert refused.status_code == 404
+    assert _audit(api_server, outsider) == []
+    assert len(_audit(api_server, admin)) == 2

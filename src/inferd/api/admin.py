@@ -32,7 +32,8 @@ async def list_keys(admin: KeyRecord = Depends(admin_key),
 @router.post("/v1/admin/keys", response_model=CreatedKey, status_code=201)
 async def create_key(body: KeyCreateRequest, admin: KeyRecord = Depends(admin_key),
                      service: Administration = Depends(administration)) -> dict[str, Any]:
-    """Mint a key in the admin's org; `secret` and `full_key` are shown here only."""
+    """Mint a key in the admin's org; `secret` and `full_key` are shown here only. A `user_email`
+    whose user already signs in through the identity provider is 403 `user_already_linked`."""
     return await service.create_key(admin, body.type, body.name, body.user_email, body.budget_usd, body.rpm)
 
 
@@ -74,8 +75,8 @@ async def update_org(body: OrgUpdateRequest, admin: KeyRecord = Depends(admin_ke
 @router.get("/v1/admin/deployments", response_model=DeploymentList)
 async def list_deployments(admin: KeyRecord = Depends(admin_key),
                            service: Administration = Depends(administration)) -> dict[str, Any]:
-    """Every deployment's health as this server sees it."""
-    return {"object": "list", "data": service.deployments()}
+    """The health, as this server sees it, of the deployments of the models the org may use."""
+    return {"object": "list", "data": service.deployments(admin)}
 
 
 @router.get("/v1/admin/audit", response_model=AuditList)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from inferd.api.checks import check_metadata
 from inferd.api.deps import long_lived_key, services
 from inferd.protocol.batches import BatchCreateRequest, BatchList, BatchObject
+from inferd.store.audit import AuditLog
 from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["batches"])
@@ -38,5 +39,7 @@ async def list_batches(request: Request, limit: int = Query(20, ge=1, le=100), a
 
 @router.post("/v1/batches/{batch_id}/cancel", response_model=BatchObject)
 async def cancel_batch(request: Request, batch_id: str, key: KeyRecord = Depends(long_lived_key)) -> dict[str, Any]:
-    """Cancel: `cancelling` while lines are in flight, else `cancelled`."""
-    return await services(request).batches.cancel(key, batch_id)
+    """Cancel: `cancelling` while lines are in flight, else `cancelled`. An admin key cancelling
+    another key's batch is recorded in the org's audit log (`batch.cancel`)."""
+    svc = services(request)
+    return await svc.batches.cancel(key, batch_id, AuditLog(svc.db))

@@ -13,6 +13,7 @@ from inferd.api.uploads import read_upload
 from inferd.errors import InvalidRequest, NotFound
 from inferd.protocol.files import FileDeleted, FileObject
 from inferd.services.batches import file_object, owner_filter
+from inferd.store.audit import AuditEntry, AuditLog
 from inferd.store.files import StoredFile, new_file_id
 from inferd.store.keys import KeyRecord
 
@@ -72,7 +73,13 @@ async def file_content(request: Request, file_id: str, key: KeyRecord = Depends(
 
 @router.delete("/v1/files/{file_id}", response_model=FileDeleted)
 async def delete_file(request: Request, file_id: str, key: KeyRecord = Depends(long_lived_key)) -> dict[str, object]:
-    """Delete a file: its row, then its bytes."""
+    """Delete a file: its row, then its bytes. An admin key deleting another key's file is recorded
+    in the org's audit log (`file.delete`)."""
     stored = await _own_file(request, file_id, key)
-    await services(request).batches.files.delete(stored)
+    svc = services(request)
+    await svc.batches.files.delete(stored)
+    if key.type == "admin" and stored.key_id != key.access_key_id:
+        await AuditLog(svc.db).record(key.org_id, AuditEntry(key.access_key_id, "file.delete", stored.id, {
+            "owner_key_id": stored.key_id, "filename": stored.filename, "purpose": stored.purpose,
+            "bytes": stored.bytes}))
     return {"id": stored.id, "object": "file", "deleted": True}

@@ -3,7 +3,10 @@
 Shape A: an application key vouches for an identity-provider token; the user is resolved from
 its `sub`. Shape B: a long-lived key owned by a user (`inferd keys create --user`) mints a key for
 that user. Either way the minted key is of type `user`, lives in the parent key's org, expires,
-and is charged to (and rate limited like) its parent (CONTRACT.md decision 10).
+and is charged to (and rate limited like) its parent (CONTRACT.md decision 10). A shape-B mint is
+recorded in the org's audit log (`user_key.mint`, actor the owning key, target the user), in the
+same transaction as the key: whoever holds a key bound to a user can act as them, and the org's
+admin sees each time it happened.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from inferd.auth.keys import hash_secret, mint
 from inferd.auth.principal import Authenticator
 from inferd.config import IdpConfig
 from inferd.errors import PermissionDenied, ServiceUnavailable
-from inferd.store.db import utcnow
+from inferd.store.audit import AuditEntry
+from inferd.store.db import iso, utcnow
 from inferd.store.keys import KeyRecord, KeyRepository
 from inferd.store.users import UserRepository
 
@@ -99,15 +103,21 @@ class KeyExchange:
     async def for_owner(self, owner_key: KeyRecord, ttl_seconds: int | None) -> MintedKey:
         """Shape B: a key for the user who owns `owner_key` (from `owning_key`)."""
         assert owner_key.user_id is not None
-        return await self._mint(owner_key, owner_key.user_id, ttl_seconds)
+        return await self._mint(owner_key, owner_key.user_id, ttl_seconds, audited=True)
 
-    async def _mint(self, parent: KeyRecord, user_id: int, ttl_seconds: int | None) -> MintedKey:
+    async def _mint(self, parent: KeyRecord, user_id: int, ttl_seconds: int | None,
+                    audited: bool = False) -> MintedKey:
         access_key_id, secret = mint()
         # Whole seconds, so the stored expiry and the one reported agree exactly.
         expires_at = utcnow().replace(microsecond=0) + timedelta(seconds=clamp_ttl(ttl_seconds))
+        audit = None
+        if audited:
+            audit = AuditEntry(parent.access_key_id, "user_key.mint", str(user_id), {
+                "access_key_id": access_key_id, "user_email": await self._users.email_of(user_id),
+                "expires_at": iso(expires_at)})
         await self._keys.create(access_key_id=access_key_id, secret_hash=hash_secret(secret), key_type="user",
                                 org_id=parent.org_id, user_id=user_id, parent_key_id=parent.id,
-                                expires_at=expires_at)
+                                expires_at=expires_at, audit=audit)
         return MintedKey(access_key_id, secret, expires_at, user_id, parent.org_id)
 
 

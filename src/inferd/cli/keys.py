@@ -1,6 +1,11 @@
 """`inferd keys create …`, `inferd keys update ACCESS_KEY_ID …` and `inferd keys revoke ACCESS_KEY_ID`.
 
 Each command records its change in the org's audit log with the actor `cli` (CONTRACT.md 19).
+
+`keys create --user EMAIL` refuses a user that an idp subject already owns, as the admin route does
+(CONTRACT.md decision 22, amended): the key would mint that user's keys on the exchange and read
+their conversations. The operator may still bind one deliberately with `--allow-linked-user`, and
+the audit entry says so (`linked_user: true`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.cli.common import run_with_db, settings_from_env
+from inferd.cli.orgs import record_creation
+from inferd.errors import UserAlreadyLinked
 from inferd.store.audit import CLI_ACTOR, AuditEntry
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
@@ -21,15 +28,28 @@ from inferd.store.users import UserRepository
 
 async def create_key(engine: AsyncEngine, org_slug: str, key_type: str, name: str | None = None,
                      user_email: str | None = None, budget_usd: float | None = None,
-                     rpm: int | None = None, actor: str | None = None) -> tuple[str, str]:
+                     rpm: int | None = None, actor: str | None = None,
+                     allow_linked_user: bool = False) -> tuple[str, str]:
     """Mint a long-lived key (creating the org when missing); returns (access key id, secret).
-    With `actor` the creation is recorded in the audit log (the commands do; the test harness and
-    the first start's bootstrap key do not)."""
-    org = await OrgRepository(engine).get_or_create(org_slug)
-    user_id = await UserRepository(engine).get_or_create_by_email(org.id, user_email) if user_email else None
+    With `actor` the creation (and the org's, when new) is recorded in the audit log (the commands
+    do; the test harness and the first start's bootstrap key do not). A `user_email` whose user an
+    idp subject owns raises UserAlreadyLinked unless `allow_linked_user`."""
+    repo = OrgRepository(engine)
+    org = await repo.get_by_slug(org_slug)
+    if org is None:
+        org = await repo.create(org_slug)
+        if actor is not None:
+            await record_creation(engine, org, actor)
+    user_id, linked = None, False
+    if user_email:
+        user_id, linked = await UserRepository(engine).email_user(org.id, user_email)
+        if linked and not allow_linked_user:
+            raise UserAlreadyLinked(user_email)
     access_key_id, secret = mint()
-    audit = None if actor is None else AuditEntry(actor, "key.create", access_key_id, {
-        "type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm})
+    details = {"type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm}
+    if linked:
+        details["linked_user"] = True
+    audit = None if actor is None else AuditEntry(actor, "key.create", access_key_id, details)
     await KeyRepository(engine).create(access_key_id=access_key_id, secret_hash=hash_secret(secret),
                                        key_type=key_type, org_id=org.id, name=name, user_id=user_id,
                                        budget_usd=budget_usd, rpm=rpm, audit=audit)
@@ -46,17 +66,24 @@ def keys() -> None:
 @click.option("--type", "key_type", type=click.Choice(["application", "admin"]), required=True)
 @click.option("--name", default=None)
 @click.option("--user", "user_email", default=None, help="Email of the user who owns the key.")
+@click.option("--allow-linked-user", is_flag=True,
+              help="Bind the key even to a user who already signs in through the identity provider (the key "
+                   "can then act as that user).")
 @click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="Monthly budget in USD.")
 @click.option("--rpm", type=click.IntRange(min=1), default=None, help="Requests per minute.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def create(org_slug: str, key_type: str, name: str | None, user_email: str | None, budget_usd: float | None,
-           rpm: int | None, as_json: bool) -> None:
+def create(org_slug: str, key_type: str, name: str | None, user_email: str | None, allow_linked_user: bool,
+           budget_usd: float | None, rpm: int | None, as_json: bool) -> None:
     """Mint a key; the secret is shown once and stored only as a hash."""
 
     async def work(engine: AsyncEngine) -> tuple[str, str]:
-        return await create_key(engine, org_slug, key_type, name, user_email, budget_usd, rpm, actor=CLI_ACTOR)
+        return await create_key(engine, org_slug, key_type, name, user_email, budget_usd, rpm, actor=CLI_ACTOR,
+                                allow_linked_user=allow_linked_user)
 
-    access_key_id, secret = run_with_db(settings_from_env(), work)
+    try:
+        access_key_id, secret = run_with_db(settings_from_env(), work)
+    except UserAlreadyLinked as exc:
+        raise click.ClickException(f"{exc.message}; pass --allow-linked-user to bind the key anyway") from None
     full_key = f"{access_key_id}:{secret}"
     if as_json:
         click.echo(json.dumps({"access_key_id": access_key_id, "secret": secret, "full_key": full_key,

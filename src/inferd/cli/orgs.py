@@ -1,5 +1,6 @@
 """`inferd orgs create SLUG [--models ID,ID|*] [--no-file-attachments] [--web-search]` and
-`inferd orgs update SLUG …` (recorded in the org's audit log with the actor `cli`)."""
+`inferd orgs update SLUG …` (recorded in the org's audit log, `org.create` and `org.update`, with
+the actor `cli`)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,21 @@ import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.cli.common import run_with_db, settings_from_env
-from inferd.store.audit import CLI_ACTOR
+from inferd.store.audit import CLI_ACTOR, AuditEntry, AuditLog
 from inferd.store.keys import KeyRepository
-from inferd.store.orgs import Org, OrgRepository, update_settings
+from inferd.store.orgs import Org, OrgRepository, models_setting, update_settings
 
 
 def _allow_list(models: str) -> tuple[str, ...] | None:
     return None if models.strip() == "*" else tuple(m.strip() for m in models.split(",") if m.strip())
+
+
+async def record_creation(engine: AsyncEngine, org: Org, actor: str = CLI_ACTOR) -> None:
+    """The org's first audit entry: `org.create` with the settings it was created with (written
+    right after the org, whose store commits it on its own)."""
+    await AuditLog(engine).record(org.id, AuditEntry(actor, "org.create", org.slug, {
+        "models": models_setting(org.allowed_models), "file_attachments": org.file_attachments,
+        "web_search": org.web_search}))
 
 
 @click.group()
@@ -36,7 +45,9 @@ def create(slug: str, models: str, no_file_attachments: bool, web_search: bool) 
         repo = OrgRepository(engine)
         if await repo.get_by_slug(slug) is not None:
             raise click.ClickException(f"org {slug!r} already exists")
-        return await repo.create(slug, allowed, file_attachments=not no_file_attachments, web_search=web_search)
+        org = await repo.create(slug, allowed, file_attachments=not no_file_attachments, web_search=web_search)
+        await record_creation(engine, org)
+        return org
 
     org = run_with_db(settings_from_env(), work)
     click.echo(f"created org {org.slug} (id {org.id}), models: {models}")

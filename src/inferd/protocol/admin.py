@@ -107,9 +107,10 @@ class AuditEntryObject(BaseModel):
 
     id: int
     at: str  # RFC 3339, UTC
-    actor: str  # the admin key's access key id, or "cli"
-    action: Literal["key.create", "key.update", "key.revoke", "org.update"]
-    target: str  # an access key id, or the org's slug
+    actor: str  # the admin key's access key id, "cli", or (user_key.mint) the owning key's id
+    action: Literal["key.create", "key.update", "key.revoke", "org.create", "org.update", "user_key.mint",
+                    "batch.cancel", "file.delete"]
+    target: str  # an access key id, the org's slug, a user id (user_key.mint), a batch or file id
     details: dict[str, Any]
 
 

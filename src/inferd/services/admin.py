@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.catalogue import ModelCatalogue
-from inferd.errors import InvalidRequest, NotFound
+from inferd.errors import InvalidRequest, NotFound, UserAlreadyLinked
 from inferd.limits.base import current_month
 from inferd.store.audit import AuditEntry, AuditLog, AuditRecord
 from inferd.store.db import iso
@@ -83,9 +83,14 @@ class Administration:
 
     async def create_key(self, admin: KeyRecord, key_type: str, name: str | None, user_email: str | None,
                          budget_usd: float | None, rpm: int | None) -> dict[str, Any]:
-        """Mint a key in the admin's org; the answer is the only place its secret ever appears."""
-        user_id = await UserRepository(self._db).get_or_create_by_email(admin.org_id, user_email) \
-            if user_email else None
+        """Mint a key in the admin's org; the answer is the only place its secret ever appears. A user
+        that an idp subject already owns is refused (403 `user_already_linked`): the key would mint
+        that user's keys on the exchange and so act as them."""
+        user_id = None
+        if user_email:
+            user_id, linked = await UserRepository(self._db).email_user(admin.org_id, user_email)
+            if linked:
+                raise UserAlreadyLinked(user_email)
         access_key_id, secret = mint()
         details = {"type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm}
         await self._keys.create(access_key_id=access_key_id, secret_hash=hash_secret(secret), key_type=key_type,
@@ -139,10 +144,13 @@ class Administration:
                                      code="model_not_found")
         return tuple(dict.fromkeys(models))  # ordered, without repeats
 
-    def deployments(self) -> list[dict[str, Any]]:
-        """Every configured deployment's health as this server's pools see it."""
+    def deployments(self, admin: KeyRecord) -> list[dict[str, Any]]:
+        """The health, as this server's pools see it, of every deployment of the models the admin's
+        org may use (its allow-list, by id or alias, checked as calls are)."""
         health = []
         for model in self._catalogue.models:
+            if not self._catalogue.allowed(admin, model):
+                continue
             pool = model.pool
             for index, state in enumerate(pool.states):
                 health.append({"model": model.id, "deployment": state.name, "up": pool.healthy(index),

@@ -13,6 +13,7 @@ import orjson
 
 from inferd.config import BatchConfig
 from inferd.errors import InvalidRequest, NotFound
+from inferd.store.audit import AuditEntry, AuditLog
 from inferd.store.batches import KEY_REVOKED, BatchRepository
 from inferd.store.db import utcnow
 from inferd.store.files import FileStore, StoredFile
@@ -135,14 +136,19 @@ class BatchService:
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None, "has_more": has_more}
 
-    async def cancel(self, key: KeyRecord, batch_id: str) -> dict[str, Any]:
-        """`cancelling` while a worker runs the batch (its lines drain), else `cancelled` at once."""
+    async def cancel(self, key: KeyRecord, batch_id: str, audit: AuditLog | None = None) -> dict[str, Any]:
+        """`cancelling` while a worker runs the batch (its lines drain), else `cancelled` at once.
+        An admin key's cancel of another key's batch is recorded in `audit` (`batch.cancel`)."""
         row = await self._visible(key, batch_id)
         if row["status"] in ("completed", "failed", "expired"):
             raise InvalidRequest(f"Batch '{batch_id}' is {row['status']} and cannot be cancelled",
                                  code="batch_not_cancellable")
         owner = f"api-{uuid.uuid4().hex[:12]}"
         outcome = await self.repo.request_cancel(batch_id, owner, LEASE_SECONDS)
+        if audit is not None and outcome != "unchanged" and key.type == "admin" \
+                and row["key_id"] != key.access_key_id:
+            await audit.record(key.org_id, AuditEntry(key.access_key_id, "batch.cancel", batch_id,
+                                                      {"owner_key_id": row["key_id"]}))
         if outcome == "ours":
             await self.finalise(batch_id, owner, "cancelled")
         row = await self.repo.get(batch_id)

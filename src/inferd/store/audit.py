@@ -1,7 +1,10 @@
 """The audit log: administrative changes, written in the same transaction as the change they record.
 
 A change and its entry commit together, so the log never claims a change that did not happen nor
-misses one that did. Entries are per org and read newest first by id (ids only grow).
+misses one that did. The few changes whose store commits them on its own (an admin's cancel of
+another key's batch or delete of its file, `orgs create`) are recorded right after they commit
+(`AuditLog.record`): never a change that did not happen, but a crash between the two loses the
+entry. Entries are per org and read newest first by id (ids only grow).
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from inferd.store.db import utcnow
 from inferd.store.tables import audit_log
 
 CLI_ACTOR = "cli"
-ACTIONS = ("key.create", "key.update", "key.revoke", "org.update")
+# user_key.mint: a key minted on the exchange's second shape (actor: the owning key; target: the user).
+# batch.cancel and file.delete: an admin acting on another key's batch or file (details: the owner).
+ACTIONS = ("key.create", "key.update", "key.revoke", "org.create", "org.update", "user_key.mint", "batch.cancel",
+           "file.delete")
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,16 @@ async def write_entry(conn: AsyncConnection, org_id: int, entry: AuditEntry) -> 
 
 
 class AuditLog:
-    """Reads `audit_log`."""
+    """Reads `audit_log`, and appends the entries of changes committed on their own."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+
+    async def record(self, org_id: int, entry: AuditEntry) -> None:
+        """Append `entry` in a transaction of its own, for a change already committed by a store
+        that takes no entry (see the module's docstring)."""
+        async with self._engine.begin() as conn:
+            await write_entry(conn, org_id, entry)
 
     async def page(self, org_id: int, limit: int, after: int | None) -> tuple[list[AuditRecord], bool]:
         """Up to `limit` entries of the org older than entry `after` (all when None), newest first,

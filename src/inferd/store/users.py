@@ -18,13 +18,23 @@ class UserRepository:
 
     async def get_or_create_by_email(self, org_id: int, email: str) -> int:
         """The id of the org's user with this email, created when missing."""
+        return (await self.email_user(org_id, email))[0]
+
+    async def email_user(self, org_id: int, email: str) -> tuple[int, bool]:
+        """The id of the org's user with this email (created when missing) and whether an idp subject
+        owns it: a key bound to such a user would act as them (CONTRACT.md decision 22, amended)."""
         async with self._engine.begin() as conn:
-            found = (await conn.execute(select(users.c.id).where(
-                users.c.org_id == org_id, users.c.email == email))).scalar()
+            found = (await conn.execute(select(users.c.id, users.c.subject).where(
+                users.c.org_id == org_id, users.c.email == email))).first()
             if found is not None:
-                return int(found)
+                return int(found[0]), found[1] is not None
             result = await conn.execute(insert(users).values(org_id=org_id, email=email, created_at=utcnow()))
-            return int(result.inserted_primary_key[0])
+            return int(result.inserted_primary_key[0]), False
+
+    async def email_of(self, user_id: int) -> str | None:
+        """The user's email (None when unknown or never verified)."""
+        async with self._engine.connect() as conn:
+            return (await conn.execute(select(users.c.email).where(users.c.id == user_id))).scalar()
 
     async def resolve_subject(self, org_id: int, subject: str, email: str | None, given_name: str | None,
                               family_name: str | None, email_verified: bool = False) -> int:
