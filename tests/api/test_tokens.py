@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import httpx
 import pytest
 
@@ -99,3 +102,31 @@ def test_local_hf_tokenizer_counts_with_the_chat_template(server: Server, app_ke
     assert response.json() == {"input_tokens": (1 + 1 + 3 + 1) + (1 + 1 + 2 + 1) + 2, "context_window": 2048}
     with_tools = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key), json={**body, "tools": TOOLS})
     assert with_tools.json()["input_tokens"] > response.json()["input_tokens"] + 10
+
+
+def test_a_large_local_count_leaves_the_server_answering(server: Server, app_key: str) -> None:
+    """A local tokenizer counts a large prompt for seconds; meanwhile the event loop serves others."""
+    words = 500_000
+    body = {"model": "mock-hf", "messages": [{"role": "user", "content": "hello world " * (words // 2)}]}
+    counted: dict[str, object] = {}
+
+    def count() -> None:
+        started = time.monotonic()
+        counted["reply"] = httpx.post(server.v1 + "/chat/count_tokens", headers=auth(app_key), json=body,
+                                      timeout=300)
+        counted["took"] = time.monotonic() - started
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    waits = []
+    while counter.is_alive():
+        started = time.monotonic()
+        assert httpx.get(server.v1 + "/models", headers=auth(app_key), timeout=60).status_code == 200
+        waits.append(time.monotonic() - started)
+        time.sleep(0.05)
+    counter.join()
+    reply = counted["reply"]
+    assert isinstance(reply, httpx.Response) and reply.status_code == 200, reply
+    assert reply.json()["input_tokens"] == 1 + 1 + words + 1 + 2  # ChatML around the words
+    assert isinstance(counted["took"], float) and counted["took"] > 1.0  # long enough to matter
+    assert len(waits) >= 5 and max(waits) < 0.5, (counted["took"], sorted(waits)[-5:])

@@ -273,7 +273,7 @@ class OpenAIHTTPEngine:
     async def count_tokens(self, payload: dict[str, Any]) -> TokenCount:
         """Count through the upstream's `POST /tokenize`, a local tokenizer, or an estimate."""
         if self._local is not None:
-            return TokenCount(self._local.count(payload), self._context_length, exact=True)
+            return TokenCount(await self._local.count_async(payload), self._context_length, exact=True)
         if self._tokenizer != "upstream":
             return TokenCount(estimate_tokens(payload), self._context_length, exact=False)
         request: dict[str, Any] = {"model": payload["model"], "messages": payload["messages"],
