@@ -29,7 +29,7 @@ from inferd.protocol.responses import DeletedResponse, ResponseObject
 from inferd.protocol.responses_mapping import Translated, continue_from, from_chat, reasoning_tokens, to_chat, usage_of
 from inferd.protocol.responses_stream import ResponseStream
 from inferd.services.chat import ChatCall, ChatService
-from inferd.services.responses import ResponsesService
+from inferd.services.responses import History, ResponsesService
 from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api.responses")
@@ -52,7 +52,7 @@ class ResponsesRoute(JsonRoute):
         translated = to_chat(body)
         await self.limits.admit(key, metered=True)
         history = await self._responses.history(key, body.get("previous_response_id"))
-        continue_from(translated, history)
+        continue_from(translated, history.items)
         call = self._chat.open(translated.chat, key, metadata=translated.metadata)
         if call.affinity is None and call.model.config.routing == "affinity":
             call.affinity = affinity_of(scope, translated.chat)
@@ -77,7 +77,7 @@ class ResponsesRoute(JsonRoute):
             return call.model.config.prefix_cache
         return counts
 
-    async def _stream(self, call: ChatCall, key: KeyRecord, translated: Translated, history: list[dict[str, Any]],
+    async def _stream(self, call: ChatCall, key: KeyRecord, translated: Translated, history: History,
                       receive: Receive, send: Send) -> None:
         batches = self._chat.chunk_batches(call)
         stream = ResponseStream(translated, self._cached_counts(call, key))

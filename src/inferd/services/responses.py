@@ -1,8 +1,12 @@
 """Stored responses around the chat corridor (CONTRACT.md decision 21): the conversation a
-`previous_response_id` continues, keeping a response for its key, and the 30-day retention job."""
+`previous_response_id` continues, keeping a response for its key, and the 30-day retention job.
+
+A stored response keeps its own turn and the id of the one it continued; the conversation is the
+chain of those turns, read back in one walk (store/responses.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.errors import NotFound
@@ -10,12 +14,25 @@ from inferd.protocol.responses_items import output_as_input
 from inferd.protocol.responses_mapping import Translated
 from inferd.services.purge import EphemeralPurge
 from inferd.store.keys import KeyRecord
-from inferd.store.responses import RETENTION_SECONDS, ResponseRepository, StoredResponse
+from inferd.store.responses import CHAIN_LIMIT, RETENTION_SECONDS, ResponseRepository, StoredResponse
 
 
 def not_found(response_id: str, param: str | None = None) -> NotFound:
     """404 for a response the key cannot see (another key's is answered the same as none)."""
     return NotFound(f"No response with id '{response_id}'", code="response_not_found", param=param)
+
+
+@dataclass(frozen=True)
+class History:
+    """The conversation a request continues: its items (oldest first), the response it continues,
+    and how many stored rows that conversation spans."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    previous_id: str | None = None
+    rows: int = 0
+
+
+NO_HISTORY = History()
 
 
 class ResponsesService:
@@ -24,22 +41,36 @@ class ResponsesService:
     def __init__(self, store: ResponseRepository) -> None:
         self.store = store
 
-    async def history(self, key: KeyRecord, previous_response_id: str | None) -> list[dict[str, Any]]:
-        """The input items a continuation comes after: the earlier response's own input (its
-        earlier turns first) and its output (404 when the key has no such response)."""
+    async def history(self, key: KeyRecord, previous_response_id: str | None) -> History:
+        """The input items a continuation comes after: every earlier turn's input and output,
+        oldest first (404 when the key has no such response, or a turn of it is no longer kept)."""
         if previous_response_id is None:
-            return []
-        previous = await self.store.get(previous_response_id, key.access_key_id)
-        if previous is None:
+            return NO_HISTORY
+        chain = await self.store.chain(previous_response_id, key.access_key_id)
+        if not chain:
             raise not_found(previous_response_id, "previous_response_id")
-        return [*previous.input_items, *output_as_input(previous.response.get("output") or [])]
+        if chain[-1].previous_id is not None:  # a link of another key, or removed while continued
+            raise NotFound(f"Response '{previous_response_id}' continues a conversation that is no longer "
+                           "stored whole", code="response_not_found", param="previous_response_id")
+        items: list[dict[str, Any]] = []
+        for turn in reversed(chain):
+            items += turn.input_items
+            items += output_as_input(turn.response.get("output") or [])
+        return History(items, previous_response_id, len(chain))
 
-    async def keep(self, key: KeyRecord, translated: Translated, history: list[dict[str, Any]],
-                   response: dict[str, Any]) -> None:
-        """Store the response (when the request asked to) with the whole conversation it answered."""
-        if translated.store:
-            await self.store.save(StoredResponse(response["id"], key.access_key_id,
-                                                 [*history, *translated.input_items], response))
+    async def keep(self, key: KeyRecord, translated: Translated, history: History, response: dict[str, Any]) -> None:
+        """Store the response (when the request asked to): its own input and the response it
+        continued, or, once that chain is `CHAIN_LIMIT` rows long, the whole conversation (so no
+        walk reads more)."""
+        if not translated.store:
+            return
+        if history.rows >= CHAIN_LIMIT:
+            stored = StoredResponse(response["id"], key.access_key_id, [*history.items, *translated.input_items],
+                                    response)
+        else:
+            stored = StoredResponse(response["id"], key.access_key_id, translated.input_items, response,
+                                    history.previous_id)
+        await self.store.save(stored)
 
     async def get(self, key: KeyRecord, response_id: str) -> dict[str, Any]:
         """The key's stored response object (404 otherwise)."""

@@ -304,7 +304,9 @@ audit_log = Table(
 
 
 # Stored responses of the Responses API (migration 0009, CONTRACT.md decision 21): per key, kept 30
-# days. `input_items` is the whole conversation answered (JSON list), `response` the object sent.
+# days. `input_items` is the turn's input (JSON list), `response` the object sent; since 0011
+# `previous_id` is the response it continued (NULL: `input_items` is the whole conversation before
+# it), and `deleted_at` hides a deleted response that others still continue (store/responses.py).
 responses = Table(
     "responses", metadata,
     Column("id", String(64), primary_key=True),
@@ -312,5 +314,8 @@ responses = Table(
     Column("created_at", DateTime(), nullable=False),
     Column("input_items", Text, nullable=False),
     Column("response", Text, nullable=False),
+    Column("previous_id", String(64), nullable=True),
+    Column("deleted_at", DateTime(), nullable=True),
     Index("ix_responses_created_at", "created_at"),
+    Index("ix_responses_previous_id", "previous_id"),
 )
