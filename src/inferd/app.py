@@ -66,6 +66,7 @@ from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService
 from inferd.services.responses import ResponsesService
 from inferd.services.generate import Generation
+from inferd.services.purge import start_key_sweep
 from inferd.services.ingest.service import Ingestion, embedding_model
 from inferd.services.retrieval import Retriever
 from inferd.services.sources import attach_sources, start_purge
@@ -288,6 +289,7 @@ class InferdApp:
             batch_worker.start()
         purge = start_purge(services.conversations, services.config.conversations)
         retention = services.responses.start_retention()
+        key_sweep = start_key_sweep(services.keys)
         # Everything built so far (modules, the catalogue, engines, SQLAlchemy's tables) lives as long
         # as the process. Frozen, the cycle collector stops walking it: a full collection went from
         # about 100 ms (200,000 objects, a pause every request in flight waited out: the p99 at
@@ -307,6 +309,7 @@ class InferdApp:
             await self._body_clock.close()
             await purge.close()
             await retention.close()
+            await key_sweep.close()
             if batch_worker is not None:
                 await batch_worker.stop()
             await services.close()

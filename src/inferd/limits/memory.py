@@ -17,18 +17,43 @@ log = logging.getLogger("inferd.limits")
 SPEND_MAX_AGE_SECONDS = 1.0
 
 
-class MemoryRateLimiter:
-    """Exact sliding window: a request is admitted while fewer than `limit` fall in the last minute."""
+# A sweep of idle windows runs once this many new windows were opened since the last one (or as many
+# as were left then, when more: each sweep then costs O(1) per window opened, never a scan per request).
+SWEEP_AFTER_NEW_WINDOWS = 1024
 
-    def __init__(self, window: float = WINDOW_SECONDS) -> None:
+
+class MemoryRateLimiter:
+    """Exact sliding window: a request is admitted while fewer than `limit` fall in the last minute.
+
+    A window whose newest hit has left it is the same as none, so the sweep drops them: the map holds
+    the keys of the last minute (and those opened since the last sweep), not every key ever seen."""
+
+    def __init__(self, window: float = WINDOW_SECONDS, sweep_after: int = SWEEP_AFTER_NEW_WINDOWS) -> None:
         self._window = window
         self._hits: dict[str, deque[float]] = {}
+        self._sweep_after = sweep_after
+        self._opened = 0  # windows opened since the last sweep
+        self._next_sweep = sweep_after
+
+    def __len__(self) -> int:
+        """How many windows are held."""
+        return len(self._hits)
+
+    def _sweep(self, now: float) -> None:
+        """Drop every window with no hit in the last `window` seconds."""
+        cutoff = now - self._window
+        self._hits = {key: hits for key, hits in self._hits.items() if hits and hits[-1] > cutoff}
+        self._opened = 0
+        self._next_sweep = max(self._sweep_after, len(self._hits))
 
     async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
         """Count `units` requests; None when admitted, else seconds until enough slots free."""
         now = time.monotonic()
         hits = self._hits.get(key)
         if hits is None:
+            self._opened += 1
+            if self._opened >= self._next_sweep:
+                self._sweep(now)
             hits = self._hits[key] = deque()
         cutoff = now - self._window
         while hits and hits[0] <= cutoff:

@@ -3,7 +3,8 @@ messages, participants, source links and vectors, once older than `[conversation
 ephemeral_ttl_seconds`. Runs in every server; checks at least every min(60, ttl / 5) seconds
 (CONTRACT.md); a delete that finds nothing left to delete is harmless, so replicas may race.
 
-The same job keeps stored responses 30 days (`services/responses.py`): only what it deletes differs."""
+The same job keeps stored responses 30 days (`services/responses.py`) and deletes user keys a day
+after they expired (`start_key_sweep`): only what it deletes differs."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ from datetime import datetime, timedelta
 from typing import Awaitable, Callable, Sequence
 
 from inferd.store.db import utcnow
+from inferd.store.keys import KeyRepository
 
 log = logging.getLogger("inferd.purge")
 
 DEFAULT_TTL_SECONDS = 86400.0
+# How long an expired user key is kept: its caller is told `key_expired` (mint another), not
+# `invalid_api_key`, for a day; then the row goes. User keys live an hour by default, a day at most.
+EXPIRED_KEY_GRACE_SECONDS = 86400.0
 
 # Deletes what was made before a moment, returns their ids or how many (store/conversations.py
 # `ConversationRepository.delete_older_ephemeral`, whose delete hooks remove the sources' links and
@@ -66,3 +71,11 @@ class EphemeralPurge:
             except asyncio.CancelledError:
                 pass
             self._task = None
+
+
+def start_key_sweep(keys: KeyRepository) -> EphemeralPurge:
+    """Start the job that deletes user keys expired more than `EXPIRED_KEY_GRACE_SECONDS` ago
+    (on start, then every minute); without it every key the exchange ever minted stays a row."""
+    job = EphemeralPurge(keys.delete_expired_user_keys, EXPIRED_KEY_GRACE_SECONDS, "expired user keys")
+    job.start()
+    return job

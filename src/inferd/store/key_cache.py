@@ -19,15 +19,22 @@ log = logging.getLogger("inferd.store.key_cache")
 
 KEYS_CHANNEL = "inferd_keys"
 _TTL_SECONDS = 60.0  # a safety net: every change through KeyRepository.propagate drops the cache at once
+MAX_CACHED = 4096  # records kept at most; past it the oldest go first
 _RETRY_SECONDS = 5.0
 _HEARD_TIMEOUT_SECONDS = 2.0
 
 
 class KeyCache:
-    """Records by access key id, trusted only while the LISTEN connection is up."""
+    """Records by access key id, trusted only while the LISTEN connection is up.
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    Bounded: every record lives `_TTL_SECONDS` from when it was put, and the map is in that order
+    (a record put again moves to the end), so each `put` drops the expired ones from the front (the
+    keys never asked for again go too, not only those looked up) and, past `max_size`, the oldest."""
+
+    def __init__(self, engine: AsyncEngine, max_size: int = MAX_CACHED, ttl_s: float = _TTL_SECONDS) -> None:
         self._dsn = pg_dsn(engine.url)
+        self._max_size = max_size
+        self._ttl = ttl_s
         self._records: dict[str, tuple[KeyRecord, float]] = {}
         self._generation = 0
         self._listener: asyncpg.Connection | None = None
@@ -53,10 +60,24 @@ class KeyCache:
             await asyncio.shield(self._connecting)
         return self._generation
 
+    def __len__(self) -> int:
+        """How many records are held (expired ones not yet dropped included)."""
+        return len(self._records)
+
     def put(self, record: "KeyRecord", generation: int) -> None:
-        """Keep a record read at `generation`, unless a revocation arrived since."""
-        if self._listener is not None and generation == self._generation:
-            self._records[record.access_key_id] = (record, time.monotonic() + _TTL_SECONDS)
+        """Keep a record read at `generation`, unless a revocation arrived since (a cache miss, so
+        the cold path: it also drops what expired, and the oldest past `max_size`)."""
+        if self._listener is None or generation != self._generation:
+            return
+        records = self._records
+        now = time.monotonic()
+        records.pop(record.access_key_id, None)
+        records[record.access_key_id] = (record, now + self._ttl)
+        while records:
+            oldest = next(iter(records))
+            if records[oldest][1] > now and len(records) <= self._max_size:
+                break
+            del records[oldest]
 
     async def heard(self, generation: int, timeout_s: float = _HEARD_TIMEOUT_SECONDS) -> None:
         """Wait until an invalidation newer than `generation` arrived (or the listener is down, or

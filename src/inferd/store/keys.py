@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import delete, exists, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.audit import AuditEntry, write_entry
@@ -217,6 +217,18 @@ class KeyRepository:
         if self._cache is not None:
             await self._cache.heard(generation)
         return result
+
+    async def delete_expired_user_keys(self, before: datetime) -> int:
+        """Delete the user keys that expired before `before` (the sweep); returns how many. Nothing
+        refers to one once it expired: its usage rows and spend are its parent key's (with the
+        user's id), its conversations and sources its user's, and a user key mints no other (the
+        check stays, so the foreign key could never refuse the delete)."""
+        child = api_keys.alias("child")
+        async with self._engine.begin() as conn:
+            result = await conn.execute(delete(api_keys).where(
+                api_keys.c.type == "user", api_keys.c.expires_at < before,
+                ~exists().where(child.c.parent_key_id == api_keys.c.id)))
+        return int(result.rowcount or 0)
 
     async def administered(self, org_id: int, month: str, access_key_id: str | None = None) -> list["KeyView"]:
         """The org's application and admin keys (user keys minted by the exchange are short-lived and
