@@ -19,6 +19,9 @@ from inferd.errors import ConfigError
 MODEL_TYPES = ("chat", "vision-chat", "embeddings", "reranker", "ocr", "ocr-vision", "tts", "asr", "image-gen")
 CAPABILITIES = ("tools", "response_format", "reasoning_effort", "image_input")
 THINKING_MODES = ("none", "hybrid", "always", "never")
+# `image_urls`: which image URLs a model with `image_input` is sent: any, or only `data:` URLs
+# (refused otherwise, so the upstream never fetches a URL a client chose).
+IMAGE_URL_POLICIES = ("any", "data-only")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class ModelConfig:
     aliases: tuple[str, ...] = ()
     capabilities: tuple[str, ...] = ()
     thinking: str = "none"
+    image_urls: str = "any"
     tokenizer: str = "estimate"
     cost: Cost | None = None
     model_full_name: str | None = None
@@ -202,7 +206,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
     "context_length": int, "aliases": list, "capabilities": list, "thinking": str, "tokenizer": str,
     "cost": dict, "model_full_name": str, "description": str, "use_when": str,
     "timeout_s": (int, float), "model_icon_url": str, "owned_by": str, "prefix_cache": bool,
-    "maintenance": bool, "supported_parameters": list, "builtin": bool, "deployment": str,
+    "maintenance": bool, "supported_parameters": list, "builtin": bool, "deployment": str, "image_urls": str,
 }
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
@@ -274,6 +278,8 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
         raise where.fail(table, "type", f"unknown model type {values['type']!r} (known: {', '.join(MODEL_TYPES)})")
     if values.get("thinking", "none") not in THINKING_MODES:
         raise where.fail(table, "thinking", f"must be one of {', '.join(THINKING_MODES)}")
+    if values.get("image_urls", "any") not in IMAGE_URL_POLICIES:
+        raise where.fail(table, "image_urls", f"must be one of {', '.join(IMAGE_URL_POLICIES)}")
     for key in ("aliases", "supported_parameters"):
         if key in values:
             values[key] = _string_list(where, table, key, values[key])

@@ -1,6 +1,7 @@
 """A server whose catalogue has what the Messages API tests need beside the session's: a model
-that calls tools (blocking and streamed), one that reports the stop string, pools whose deployments
-fail (one falls back to another model), and a model with room for one call at a time."""
+that calls tools (blocking and streamed), one that takes images, one that reports the stop string,
+pools whose deployments fail (one falls back to another model), and a model with room for one call
+at a time."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ upstream_model = "mock-tools"
 capabilities = ["tools"]
 tokenizer = "upstream"
 cost = {{ input_per_m_token = 1.0, output_per_m_token = 2.0 }}
+
+[[models]]
+id = "mock-vision"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+capabilities = ["image_input"]
 
 [[models]]
 id = "mock-stops"

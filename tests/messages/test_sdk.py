@@ -148,7 +148,7 @@ def test_thinking_on_and_off(claude: anthropic.Anthropic, upstream: Upstream, st
 
 
 def test_image_block_goes_upstream_as_a_data_url(claude: anthropic.Anthropic, upstream: Upstream) -> None:
-    claude.messages.create(model="mock-chat", max_tokens=10, messages=[{"role": "user", "content": [
+    claude.messages.create(model="mock-vision", max_tokens=10, messages=[{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
         {"type": "text", "text": "What is this?"}]}])
     assert upstream.last_chat_body()["messages"] == [{"role": "user", "content": [

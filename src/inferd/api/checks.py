@@ -72,6 +72,28 @@ def _check_content(path: str, content: Any, role: str) -> None:
             raise _fail(f"{where}.type", "must be text or image_url")
 
 
+def check_images(messages: Any, model_id: str, takes_images: bool, data_only: bool) -> None:
+    """The image parts of chat messages (every dialect's images are `image_url` parts by now) against
+    the model: none without the `image_input` capability, and only `data:` URLs where the model's
+    `image_urls` is "data-only" (an upstream then never fetches a URL a client chose)."""
+    for i, message in enumerate(messages):
+        content = message.get("content") if message.__class__ is dict else None
+        if content.__class__ is not list:
+            continue
+        for j, part in enumerate(content):
+            if part.__class__ is not dict or part.get("type") != "image_url":
+                continue
+            where = f"messages[{i}].content[{j}]"
+            if not takes_images:
+                raise InvalidRequest(f"{where}: model '{model_id}' does not accept images (it has no image_input "
+                                     "capability)", code="image_input_unsupported", param=where)
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else None
+            if data_only and not (isinstance(url, str) and url[:5].lower() == "data:"):
+                raise InvalidRequest(f"{where}.image_url: model '{model_id}' accepts images only as data: URLs",
+                                     code="image_url_not_allowed", param=f"{where}.image_url")
+
+
 def check_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     """`messages`: required array (min 1) of ChatMessage."""
     messages = body.get("messages")

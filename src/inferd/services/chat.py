@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 
 import orjson
 
-from inferd.api.checks import check_reasoning_effort
+from inferd.api.checks import check_images, check_reasoning_effort
 from inferd.calls.pacing import Pacer
 from inferd.calls.stage import Answer, Billing, CallStage, Metered, StreamLease
 from inferd.catalogue import CHAT_TYPES, Deployment, Model, ModelCatalogue
@@ -99,6 +99,11 @@ class ChatService:
         """Resolve the model and build the upstream payload (metadata never goes upstream)."""
         model = self._catalogue.resolve(body["model"], key)
         model.require_type(CHAT_TYPES, "chat completions")
+        config = model.config
+        if config.image_urls != "any" or "image_input" not in config.capabilities:
+            # The one place every dialect's images pass (chat, messages, responses, batch lines).
+            check_images(body.get("messages") or (), model.id, "image_input" in config.capabilities,
+                         config.image_urls == "data-only")
         payload = dict(body)
         payload.pop("metadata", None)
         first = model.deployments[0].config
