@@ -196,3 +196,35 @@ def odt_with_structure(heading: str, subheading: str, paragraph: str, table: lis
     out = io.BytesIO()
     document.write(out)
     return out.getvalue()
+
+
+def paragraph_flood_docx(inflated_mib: int) -> bytes:
+    """A Word document whose `word/document.xml` is `inflated_mib` MiB of empty paragraphs, each
+    `<w:p/>` followed at random by a space or a new line so that it zips at about 15:1, inside the archive
+    limits (a plain run of them compresses past 100:1 and is refused before it is opened). Parsed,
+    it is millions of XML elements: some hundreds of MB."""
+    import numpy as np
+
+    count = inflated_mib * 1024 * 1024 // 7
+    variants = np.array([b"<w:p/> ", b"<w:p/>\n"], dtype="S7")
+    body = variants[np.random.default_rng(0).integers(0, 2, count)].tobytes()
+    xml = (b'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="http://schemas.openxmlformats.org/'
+           b'wordprocessingml/2006/main"><w:body>' + body + b"</w:body></w:document>")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", xml)
+    return out.getvalue()
+
+
+def odt_with_bad_spacing() -> bytes:
+    """An OpenDocument text whose `<text:s text:c>` space count is not a number."""
+    content = ('<office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+               'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"><office:body><office:text>'
+               '<text:p>before<text:s text:c="many"/>after</text:p></office:text></office:body>'
+               '</office:document-content>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.text")
+        archive.writestr("content.xml", content)
+    return out.getvalue()

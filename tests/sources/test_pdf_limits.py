@@ -1,6 +1,7 @@
-"""PDF extraction is bounded in time: a PDF that keeps the reader busy past `[conversations]
-extract_timeout_s` is refused with a 400 (`extraction_timeout`) and its reader process is killed,
-through the running server; ordinary PDFs still go through."""
+"""Extraction is bounded in time and memory: a PDF or office document is read in a child process,
+so one that keeps the reader busy past `[conversations] extract_timeout_s` is refused with a 400
+(`extraction_timeout`) and its reader killed, and one that parses into far more memory than it
+weighs never grows the server; through the running server. Ordinary documents still go through."""
 
 from __future__ import annotations
 
@@ -54,6 +55,19 @@ def slow_pdf(operators: int = 500_000) -> bytes:
     return bytes(out)
 
 
+def reset_peak(pid: int) -> None:
+    """Bring the process's VmHWM down to its VmRSS, so that a later peak is this test's."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def memory_mib(pid: int, field: str) -> float:
+    """A /proc/PID/status memory figure (VmRSS, VmHWM) in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field} for process {pid}")
+
+
 def child_pids(pid: int) -> set[int]:
     """The live child processes of `pid`."""
     children: set[int] = set()
@@ -90,6 +104,47 @@ def test_ordinary_pdfs_are_read_within_the_limit(limited: Server) -> None:
     assert len(chunks) == 1 and "zebrapdfquartz" in chunks[0]["text"]
     broken = upload(user, "broken.pdf", b"%PDF-1.4 nonsense")
     assert broken.status_code == 400 and broken.json()["code"] == "unreadable_file"
+
+
+def test_an_office_document_that_parses_huge_never_grows_the_server(limited: Server) -> None:
+    user = new_user(limited)
+    flood = documents.paragraph_flood_docx(32)  # about 2 MB: 32 MiB of XML, millions of elements
+    reset_peak(limited.process.pid)
+    before = memory_mib(limited.process.pid, "VmRSS")
+    started = time.monotonic()
+    response = upload(user, "flood.docx", flood)
+    took = time.monotonic() - started
+    assert response.status_code == 400, response.text
+    refusal = response.json()
+    assert refusal["success"] is False
+    # Parsed in the child: it runs out of time (or memory, or finds no text), never the server.
+    assert refusal["code"] in ("extraction_timeout", "unreadable_file", "no_readable_content"), refusal
+    grown = memory_mib(limited.process.pid, "VmHWM") - before
+    assert grown < 150, f"the server's peak grew {grown:.0f} MiB"  # about 500 MiB when parsed in-process
+    assert took < TIMEOUT_S + 10
+    assert child_pids(limited.process.pid) == set()
+    assert limited.usage_rows(user.app_key) == []
+
+
+def test_ordinary_office_documents_are_read_in_the_child(limited: Server) -> None:
+    user = new_user(limited)
+    for name, data in (("notes.docx", documents.docx_bytes("The marker is zebradocxquartz.")),
+                       ("deck.pptx", documents.pptx_bytes("Title", "The marker is zebrapptxquartz.")),
+                       ("text.odt", documents.odt_bytes("Heading", "The marker is zebraodtquartz."))):
+        response = upload(user, name, data)
+        assert response.status_code == 201, response.text
+        chunks = stored_chunks(limited, response.json()["source"]["id"])
+        marker = "zebra" + name.rsplit(".", 1)[1] + "quartz"
+        assert any(marker in chunk["text"] for chunk in chunks), chunks
+
+
+def test_a_document_that_breaks_its_reader_is_a_400(limited: Server) -> None:
+    """A reader's exception on a damaged file (here a space count that is not a number) ends in
+    the child: the upload gets a 400 in the application envelope, not a 500."""
+    user = new_user(limited)
+    response = upload(user, "broken.odt", documents.odt_with_bad_spacing())
+    assert response.status_code == 400, response.text
+    assert response.json()["code"] == "unreadable_file" and "ValueError" in response.json()["message"]
 
 
 @pytest.mark.parametrize(("value", "fragment"), [("0", "must be positive"), ("true", "expected int or float"),

@@ -1,5 +1,5 @@
-"""Text out of an uploaded file, by extension. Runs on a worker thread (it is CPU work); PDFs are
-read in a child process with a time limit (pdf.py).
+"""Text out of an uploaded file, by extension. Runs on a worker thread (it is CPU work); PDFs and
+office documents are read in a child process with a time limit and a memory ceiling (isolated.py).
 
 Structure is kept as light Markdown, so that the chunker (chunk.py) can follow it: headings become
 `#` lines, table rows `| a | b |` lines (also the column-aligned tables of plain-text files), HTML
@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from inferd.errors import InvalidRequest, UnreadableFile
-from inferd.services.ingest.office import docx_text, odf_text, pptx_text
-from inferd.services.ingest.pdf import PDF_TIMEOUT_S, pdf_text
-from inferd.services.ingest.tables import MAX_CHARS, pipe_rows
+from inferd.services.ingest.isolated import EXTRACT_TIMEOUT_S, ISOLATED_EXTENSIONS, read_isolated
+from inferd.services.ingest.tables import MAX_CHARS, normalise, pipe_rows
 
 TEXT_EXTENSIONS = frozenset({"txt", "md", "markdown", "log", "json", "jsonl", "ndjson", "geojson", "xml", "yaml",
                              "yml", "sql", "py", "js", "ts", "r", "dat"})
@@ -307,27 +306,17 @@ _READERS: dict[str, Callable[[Path], str]] = {
     **{ext: _plain_text for ext in TEXT_EXTENSIONS},
     "txt": _plain_text_tables, "dat": _plain_text_tables,
     **{ext: _html_text for ext in HTML_EXTENSIONS},
-    "rtf": _rtf_text, "docx": docx_text, "pptx": pptx_text, "odt": odf_text, "odp": odf_text,
+    "rtf": _rtf_text,
 }
 
-_SPACES = re.compile(r"[ \t\f\v\u00a0]+")
-_BLANK_LINES = re.compile(r"\n\s*\n\s*(?:\n\s*)+")
-
-
-def normalise(text: str) -> str:
-    """Line ends unified, runs of spaces and of blank lines collapsed, NUL characters dropped."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
-    text = _SPACES.sub(" ", text)
-    text = _BLANK_LINES.sub("\n\n", text)
-    return text.strip()
-
-
-def extract_text(path: Path, filename: str, pdf_timeout_s: float = PDF_TIMEOUT_S) -> Extracted:
+def extract_text(path: Path, filename: str, timeout_s: float = EXTRACT_TIMEOUT_S) -> Extracted:
     """The text of an upload (400 for a type we do not read, an unreadable file, no text, or a PDF
-    that takes longer than `pdf_timeout_s` to read)."""
+    or office document that takes longer than `timeout_s` to read)."""
     extension = check_extension(filename)
-    raw = pdf_text(path, MAX_CHARS, pdf_timeout_s) if extension == "pdf" else _READERS[extension](path)
-    text = normalise(raw)
+    if extension in ISOLATED_EXTENSIONS:
+        text = read_isolated(extension, path, MAX_CHARS, timeout_s)  # normalised by the child
+    else:
+        text = normalise(_READERS[extension](path))
     if not text:
         raise InvalidRequest("The file has no readable text content", code="no_readable_content", param="file")
     truncated = len(text) > MAX_CHARS

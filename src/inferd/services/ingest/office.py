@@ -1,7 +1,11 @@
 """Text out of OOXML (docx, pptx) and ODF (odt, odp) documents, which are zip archives: an archive
 is opened only after its directory passes the limits below, and members are read with bounded
 reads, so a zip bomb is refused before anything is inflated. Headings become `#` lines and table
-rows `| a | b |` lines, as extract.py does for the other formats."""
+rows `| a | b |` lines, as extract.py does for the other formats.
+
+These readers run only in the capped child process of isolated.py: a member within the limits
+below can still parse into far more memory than it weighs (64 MiB of empty paragraphs are
+millions of elements), and that must end the child, not the server."""
 
 from __future__ import annotations
 

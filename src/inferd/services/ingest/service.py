@@ -17,7 +17,7 @@ from inferd.calls.stage import Billing
 from inferd.services.ingest.chunk import CHUNK_CHARS, CHUNK_TOKENS, OVERLAP_CHARS, OVERLAP_TOKENS, chunk_document
 from inferd.services.ingest.embed import embed_texts, embedding_model_of
 from inferd.services.ingest.extract import MAX_CHARS, check_extension, extract_text
-from inferd.services.ingest.pdf import PDF_TIMEOUT_S
+from inferd.services.ingest.isolated import EXTRACT_TIMEOUT_S
 from inferd.store import sources as store
 from inferd.store.keys import KeyRecord
 
@@ -62,8 +62,8 @@ def sha256_file(path: Path) -> str:
 
 
 def extract_timeout(ing: "Ingestion") -> float:
-    """How long one PDF may take to read (`[conversations] extract_timeout_s`)."""
-    return float(ing.settings.get("extract_timeout_s", PDF_TIMEOUT_S))
+    """How long one PDF or office document may take to read (`[conversations] extract_timeout_s`)."""
+    return float(ing.settings.get("extract_timeout_s", EXTRACT_TIMEOUT_S))
 
 
 def embedding_model(settings: Mapping[str, Any]) -> str:
