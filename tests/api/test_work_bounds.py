@@ -1,10 +1,13 @@
 """Bounded work per request (CONTRACT.md decision 22), through the running server: embeddings take
 at most 2048 inputs, rerank at most 1000 documents, transcription at most `[audio] max_duration_s`
-of audio (decided before the engine decodes it); plain-format transcripts come back byte for byte."""
+of audio (decided before the engine decodes it); plain-format transcripts come back byte for byte;
+speech takes at most 4096 characters at a speed of 0.25 to 4, image generation at most 10 images
+of at most 2048x2048, all refused before the limits (no rate-limit slot, no usage row)."""
 
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import wave
 from pathlib import Path
@@ -201,3 +204,68 @@ def test_the_in_process_engine_is_capped_and_its_plain_formats_are_unchanged(cap
     assert srt.startswith("1\n00:00:00,000 --> ") and srt.endswith("\n\n") and "hello" in srt.lower()
     vtt = transcribe(capped, key, "whisper-tiny-en", spoken, "vtt").content.decode()
     assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> ") and vtt.endswith("\n\n")
+
+
+# --- speech and image requests: bounded before the limits ----------------------------------------
+
+def _speech(server: Server, key: str, **fields: object) -> httpx.Response:
+    body = {"model": "mock-tts", "voice": "alloy", "input": "Hello", **fields}
+    return httpx.post(server.v1 + "/audio/speech", headers=auth(key), json=body, timeout=60)
+
+
+def test_speech_input_and_speed_are_bounded_before_the_limits(server: Server, upstream: Upstream) -> None:
+    key = server.create_key(rpm=1)
+    sent = len([r for r in upstream.requests() if r["path"] == "/v1/audio/speech"])
+    refused = _speech(server, key, input="a" * 4097)
+    assert_refused(refused, "input")
+    assert "4096" in refused.json()["error"]["message"]
+    assert_refused(_speech(server, key, speed=0.2), "speed")
+    assert_refused(_speech(server, key, speed=4.5), "speed")
+    assert_refused(_speech(server, key, response_format="ogg"), "response_format")
+    # None of the refusals reached the upstream, took the key's one request a minute or wrote a row.
+    assert len([r for r in upstream.requests() if r["path"] == "/v1/audio/speech"]) == sent
+    assert server.usage_rows(key) == []
+    longest = _speech(server, key, input="b" * 4096, speed=0.25)
+    assert longest.status_code == 200 and longest.content == b"FAKEAUDIO:" + b"b" * 4096
+    assert _speech(server, key).status_code == 429  # the window holds one request: that one
+    rows = server.usage_rows(key)
+    assert len(rows) == 1 and rows[0]["prompt_tokens"] == 4096
+
+
+def test_the_speech_schema_states_the_bounds(server: Server) -> None:
+    schema = httpx.get(server.base_url + "/openapi.json").json()
+    body = schema["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    speech_input = body["properties"]["input"]
+    assert 4096 in (speech_input.get("maxLength"), *(alt.get("maxLength") for alt in speech_input.get("anyOf", [])))
+    assert body["properties"]["speed"]["minimum"] == 0.25 and body["properties"]["speed"]["maximum"] == 4.0
+    image = schema["paths"]["/v1/images/generations"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert image["properties"]["n"]["maximum"] == 10
+    size = re.compile(image["properties"]["size"]["pattern"])
+    assert all(size.match(s) for s in ("1x1", "2048x2048", "1024x768", "8x2000"))
+    assert not any(size.match(s) for s in ("2049x8", "8x2049", "0x8", "10000x10", "8x8x8"))
+
+
+def _image(server: Server, key: str, **fields: object) -> httpx.Response:
+    body = {"model": "t2i", "prompt": "a square", "size": "8x8", **fields}
+    return httpx.post(server.v1 + "/images/generations", headers=auth(key), json=body, timeout=60)
+
+
+def test_image_n_and_size_are_bounded_before_the_limits_on_every_model(server: Server) -> None:
+    key = server.create_key(rpm=2)
+    for fields, param in (({"size": "2049x8"}, "size"), ({"size": "8x4096"}, "size"), ({"n": 11}, "n"),
+                          ({"n": 0}, "n")):
+        refused = _image(server, key, **fields)
+        assert_refused(refused, param)
+    assert "2048x2048" in _image(server, key, size="4096x4096").json()["error"]["message"]
+    assert server.usage_rows(key) == []
+    largest = _image(server, key, size="2048x8", n=2)  # two images: both of the key's units a minute
+    assert largest.status_code == 200 and len(largest.json()["data"]) == 2
+    assert _image(server, key).status_code == 429
+
+
+def test_an_upstream_image_model_judges_its_own_steps(server: Server, upstream: Upstream) -> None:
+    key = server.create_key()
+    reply = _image(server, key, num_inference_steps=500)
+    assert reply.status_code == 200, reply.text
+    sent = [r for r in upstream.requests() if r["path"] == "/v1/images/generations"][-1]["body"]
+    assert sent["num_inference_steps"] == 500  # not ours to bound: the upstream pays for it

@@ -24,6 +24,12 @@ device = "cpu"
 default_steps = 2
 aliases = ["t2i"]
 cost = {{ input_per_m_token = 0.0, output_per_m_token = 0.0, image_per_generation = 0.01 }}
+
+[[models]]
+id = "remote-sd"
+type = "image-gen"
+base_url = "http://127.0.0.1:9/v1"
+fallbacks = ["tiny-sd"]
 """
 
 
@@ -121,3 +127,24 @@ def test_same_seed_same_image_and_bad_size_is_a_400(diffusers_server: Server) ->
                      json={**body, "size": "30x30"}, timeout=120)
     assert bad.status_code == 400, bad.text
     assert bad.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_in_process_bounds_are_checked_before_the_limits(diffusers_server: Server) -> None:
+    key = diffusers_server.create_key(rpm=1)
+    url = diffusers_server.v1 + "/images/generations"
+    body = {"model": "t2i", "prompt": "a cat", "size": "32x32", "num_inference_steps": 2}
+    for fields, param in (({"num_inference_steps": 151}, "num_inference_steps"),
+                          ({"num_inference_steps": 0}, "num_inference_steps"),
+                          ({"size": "4096x4096"}, "size"), ({"n": 11}, "n"),
+                          # a model served elsewhere that falls back to this one is bounded the same
+                          ({"model": "remote-sd", "num_inference_steps": 151}, "num_inference_steps")):
+        refused = httpx.post(url, headers=auth(key), json={**body, **fields}, timeout=120)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] == param, error
+    assert "150" in httpx.post(url, headers=auth(key), json={**body, "num_inference_steps": 1000},
+                               timeout=120).json()["error"]["message"]
+    assert diffusers_server.usage_rows(key) == []  # nothing generated, nothing billed
+    accepted = httpx.post(url, headers=auth(key), json=body, timeout=120)  # the key's one request a minute
+    assert accepted.status_code == 200, accepted.text
+    assert httpx.post(url, headers=auth(key), json=body, timeout=120).status_code == 429

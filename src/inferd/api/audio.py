@@ -9,16 +9,17 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from inferd.api.checks import MAX_MODEL_LENGTH, check_model
-from inferd.api.deps import metered_key, services
+from inferd.api.deps import caller_key, metered_key, services
 from inferd.api.body_limits import TRANSCRIPTION_UPLOAD_BYTES
 from inferd.api.uploads import read_upload
+from inferd.auth.principal import require_long_lived
 from inferd.engines.audio_codec import FORMATS, audio_seconds
 from inferd.engines.transcripts import PLAIN_FORMATS, render
 from inferd.calls.stage import Answer, Billing
 from inferd.catalogue import Deployment, Model
 from inferd.engines.base import SpeechEngine, TranscriptionEngine
 from inferd.errors import InvalidRequest
-from inferd.protocol.audio import SpeechRequest
+from inferd.protocol.audio import MAX_SPEECH_INPUT, MAX_SPEED, MIN_SPEED, SpeechRequest
 from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["audio"])
@@ -26,7 +27,8 @@ router = APIRouter(tags=["audio"])
 
 def check_speech(body: Any) -> dict[str, Any]:
     """SpeechRequest: `model` is the only field the service itself requires; the format and
-    speed are checked because the service encodes the audio."""
+    speed are checked because the service encodes the audio, and `input` is at most 4096
+    characters because the work (and the audio held) grows with it."""
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
     check_model(body)
@@ -35,21 +37,29 @@ def check_speech(body: Any) -> dict[str, Any]:
         raise InvalidRequest(f"response_format: must be one of {', '.join(FORMATS)}", param="response_format")
     speed = body.get("speed", 1.0)
     if speed is not None and (isinstance(speed, bool) or not isinstance(speed, (int, float))
-                              or not 0.25 <= speed <= 4.0):
-        raise InvalidRequest("speed: must be a number from 0.25 to 4.0", param="speed")
+                              or not MIN_SPEED <= speed <= MAX_SPEED):
+        raise InvalidRequest(f"speed: must be a number from {MIN_SPEED} to {MAX_SPEED}", param="speed")
+    text = body.get("input")
+    if isinstance(text, str) and len(text) > MAX_SPEECH_INPUT:
+        raise InvalidRequest(f"input: at most {MAX_SPEECH_INPUT} characters (this one has {len(text)})",
+                             param="input")
     return body
 
 
 @router.post("/v1/audio/speech", responses={200: {"content": {f"audio/{f}": {} for f in FORMATS}}},
              openapi_extra={"requestBody": {"content": {"application/json": {
                  "schema": SpeechRequest.model_json_schema()}}}})
-async def speech(request: Request, key: KeyRecord = Depends(metered_key)) -> Response:
+async def speech(request: Request) -> Response:
     """Text to speech; the audio comes back in `response_format` (mp3 by default)."""
+    svc = services(request)
+    key = await caller_key(request)
+    require_long_lived(key)
     try:
         body = check_speech(orjson.loads(await request.body()))
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
-    svc = services(request)
+    # Checked before the limits: a refused request takes no slot of the rate window.
+    await svc.limits.admit(key, metered=True)
     model = svc.catalogue.resolve(body["model"], key)
     model.require_type(("tts",), "speech")
     characters = len(body["input"]) if isinstance(body.get("input"), str) else 0

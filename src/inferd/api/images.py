@@ -1,5 +1,10 @@
 """POST /v1/images/generations (workspace `images`): each image is one rate-limit unit and is
-priced per generation. Synchronous: the request stays open until the images are ready."""
+priced per generation. Synchronous: the request stays open until the images are ready.
+
+What one request may ask is bounded before the limits (a refused request takes no rate-limit slot
+and writes no usage row): `n` 1 to 10 and `size` at most 2048x2048 on every model, and
+`num_inference_steps` at most 150 where the model (or a fallback) runs in this process, whose
+time and memory grow with each of them."""
 
 from __future__ import annotations
 
@@ -14,10 +19,11 @@ from inferd.api.checks import check_model, is_int
 from inferd.api.deps import caller_key, services
 from inferd.auth.principal import require_long_lived
 from inferd.calls.stage import Answer, Billing
-from inferd.catalogue import Deployment, Model
+from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ImageEngine
 from inferd.errors import InvalidRequest
-from inferd.protocol.images import ImageGenerationRequest
+from inferd.protocol.images import MAX_IMAGES, MAX_SIDE, MAX_STEPS_IN_PROCESS, ImageGenerationRequest
+from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["images"])
 _SIZE = re.compile(r"^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$")
@@ -30,11 +36,14 @@ def check_image_request(body: Any) -> int:
     check_model(body)
     if not isinstance(body.get("prompt"), str) or not body["prompt"]:
         raise InvalidRequest("prompt: required string", param="prompt")
-    if not isinstance(body.get("size"), str) or not _SIZE.match(body["size"]):
+    size = _SIZE.match(body["size"]) if isinstance(body.get("size"), str) else None
+    if size is None:
         raise InvalidRequest("size: required, <width>x<height> of positive integers", param="size")
+    if max(int(size.group(1)), int(size.group(2))) > MAX_SIDE:
+        raise InvalidRequest(f"size: at most {MAX_SIDE}x{MAX_SIDE}", param="size")
     n = body.get("n", 1)
-    if not is_int(n) or not 1 <= n <= 10:
-        raise InvalidRequest("n: must be an integer from 1 to 10", param="n")
+    if not is_int(n) or not 1 <= n <= MAX_IMAGES:
+        raise InvalidRequest(f"n: must be an integer from 1 to {MAX_IMAGES}", param="n")
     if body.get("response_format", "b64_json") != "b64_json":
         raise InvalidRequest("response_format: only b64_json is supported", param="response_format")
     for name, ok in (("negative_prompt", lambda v: isinstance(v, str)), ("num_inference_steps", is_int),
@@ -42,6 +51,24 @@ def check_image_request(body: Any) -> int:
         if body.get(name) is not None and not ok(body[name]):
             raise InvalidRequest(f"{name}: wrong type", param=name)
     return int(n)
+
+
+def runs_in_process(catalogue: ModelCatalogue, name: str, key: KeyRecord) -> bool:
+    """Whether the model `name` (when the key may use it) or one of its fallbacks has a deployment
+    that runs in this process (no `base_url`). Looked up without raising: an unknown or refused
+    model gets its 404 or 403 after the limits, as on every route."""
+    model = next((m for m in catalogue.models if name in (m.config.id, *m.config.aliases)), None)
+    if model is None or not catalogue.allowed(key, model):
+        return False
+    return any(d.config.base_url is None for m in (model, *catalogue.fallbacks(model, key)) for d in m.deployments)
+
+
+def check_steps(body: dict[str, Any], catalogue: ModelCatalogue, key: KeyRecord) -> None:
+    """`num_inference_steps` from 1 to 150 on a model generated in this process."""
+    steps = body.get("num_inference_steps")
+    if steps is not None and not 1 <= steps <= MAX_STEPS_IN_PROCESS and runs_in_process(catalogue, body["model"], key):
+        raise InvalidRequest(f"num_inference_steps: must be from 1 to {MAX_STEPS_IN_PROCESS} on model "
+                             f"'{body['model']}'", param="num_inference_steps")
 
 
 @router.post("/v1/images/generations", openapi_extra={"requestBody": {"content": {"application/json": {
@@ -56,6 +83,7 @@ async def generate(request: Request) -> Response:
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
     n = check_image_request(body)
+    check_steps(body, svc.catalogue, key)
     await svc.limits.admit(key, metered=True, units=n)
     model = svc.catalogue.resolve(body["model"], key)
     model.require_type(("image-gen",), "image generation")

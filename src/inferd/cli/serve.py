@@ -37,14 +37,17 @@ Limits on one request (CONTRACT.md decision 22):
   connection closed): 32 MiB on chat, count_tokens, embeddings, rerank and
   messages; 64 KiB on /v1/auth/exchange; 1 MiB on other JSON routes; uploads
   64 MiB (files), 50 MB (vectorize, multipart generate), 75 MiB (transcriptions).
-  Embeddings take at most 2048 inputs, rerank 1000 documents (400 beyond).
+  Embeddings take at most 2048 inputs, rerank 1000 documents; speech 4096
+  characters at speed 0.25-4; images n 1-10, at most 2048x2048, 150 steps on
+  an in-process model (400 beyond).
 \b
 Set in the configuration file:
   [limits] body_timeout_s = 30   grace for a body to arrive, then it must keep
                                  up 64 KiB/s on average (408 otherwise)
   [audio] max_duration_s = 3600  longest audio a transcription takes (400)
   [conversations] extract_timeout_s = 60
-                                 time to extract one PDF (400 extraction_timeout)
+                                 time to extract one PDF or office document
+                                 (400 extraction_timeout)
   [[models]] timeout_s, [batches] window_seconds / max_concurrency
 Keys carry their own limits: inferd keys create --budget-usd X --rpm N.
 """

@@ -6,6 +6,7 @@ raw 24 kHz 16-bit little-endian mono, so clients that play it assume that rate).
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import av
 import numpy as np
@@ -23,39 +24,72 @@ FORMATS: dict[str, tuple[str, str, str]] = {
 _OPUS_RATE = 48_000  # libopus takes 48 kHz; players read the rate from the Ogg header
 
 
-def _frames(samples: np.ndarray, rate: int, target_rate: int, target_format: str,
-            layout: str = "mono") -> list[av.AudioFrame]:
-    frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout=layout)
-    frame.sample_rate = rate
-    resampler = av.AudioResampler(format=target_format, layout=layout, rate=target_rate)
-    return [*resampler.resample(frame), *resampler.resample(None)]
+class Encoder:
+    """Encodes mono int16 PCM handed over in pieces (a sentence at a time, say): each piece is
+    resampled and encoded as it comes, so only the encoded output grows, never the raw audio."""
+
+    def __init__(self, sample_rate: int, audio_format: str) -> None:
+        container_name, codec_name, self.content_type = FORMATS[audio_format]
+        self._rate = sample_rate
+        self._out = io.BytesIO()
+        self._container: Any = None
+        self._raw = audio_format == "pcm"
+        if self._raw:  # raw samples: no container, no codec
+            self._resampler = av.AudioResampler(format="s16", layout="mono", rate=OUTPUT_RATE)
+            return
+        self._container = av.open(self._out, mode="w", format=container_name)
+        rate = _OPUS_RATE if codec_name == "libopus" else OUTPUT_RATE
+        self._stream: Any = self._container.add_stream(codec_name, rate=rate)
+        self._stream.layout = "mono"
+        self._frame_size = self._stream.codec_context.frame_size or 1024
+        self._fifo = av.AudioFifo()
+        self._resampler = av.AudioResampler(format=self._stream.codec_context.codec.audio_formats[0].name,
+                                            layout="mono", rate=rate)
+
+    def write(self, pcm: bytes) -> None:
+        """Encode one more piece of int16 samples at the encoder's input rate."""
+        if not pcm:
+            return
+        frame = av.AudioFrame.from_ndarray(np.frombuffer(pcm, dtype="<i2").reshape(1, -1), format="s16",
+                                           layout="mono")
+        frame.sample_rate = self._rate
+        self._take(self._resampler.resample(frame), final=False)
+
+    def finish(self) -> bytes:
+        """The whole encoded audio, once the last piece is written."""
+        self._take(self._resampler.resample(None), final=True)
+        if not self._raw:
+            for packet in self._stream.encode(None):
+                self._container.mux(packet)
+        self.close()
+        return self._out.getvalue()
+
+    def close(self) -> None:
+        """Release the container (finish() does; call it when giving up halfway)."""
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+
+    def _take(self, frames: list[av.AudioFrame], final: bool) -> None:
+        if self._raw:
+            for frame in frames:
+                self._out.write(bytes(frame.planes[0])[:frame.samples * 2])
+            return
+        for frame in frames:
+            frame.pts = None  # the fifo hands out frames of the codec's size, timed by the muxer
+            self._fifo.write(frame)
+        # Whole codec frames as they fill; the remainder waits for the next piece (or the end).
+        while self._fifo.samples >= self._frame_size or (final and self._fifo.samples):
+            chunk = self._fifo.read(min(self._frame_size, self._fifo.samples), partial=True)
+            for packet in self._stream.encode(chunk):
+                self._container.mux(packet)
 
 
 def encode(pcm: bytes, sample_rate: int, audio_format: str) -> tuple[bytes, str]:
     """(encoded bytes, Content-Type) for mono int16 `pcm` at `sample_rate`."""
-    container_name, codec_name, content_type = FORMATS[audio_format]
-    samples = np.frombuffer(pcm, dtype="<i2")
-    if audio_format == "pcm":
-        frames = _frames(samples, sample_rate, OUTPUT_RATE, "s16")
-        return b"".join(bytes(f.planes[0])[:f.samples * 2] for f in frames), content_type
-    out = io.BytesIO()
-    with av.open(out, mode="w", format=container_name) as container:
-        rate = _OPUS_RATE if codec_name == "libopus" else OUTPUT_RATE
-        stream = container.add_stream(codec_name, rate=rate)
-        stream.layout = "mono"  # type: ignore[attr-defined]
-        sample_format = stream.codec_context.codec.audio_formats[0].name  # type: ignore[attr-defined]
-        frame_size = stream.codec_context.frame_size or 1024  # type: ignore[attr-defined]
-        fifo = av.AudioFifo()
-        for frame in _frames(samples, sample_rate, rate, sample_format):
-            frame.pts = None
-            fifo.write(frame)
-        while fifo.samples:
-            chunk = fifo.read(min(frame_size, fifo.samples), partial=True)
-            for packet in stream.encode(chunk):  # type: ignore[attr-defined]
-                container.mux(packet)
-        for packet in stream.encode(None):  # type: ignore[attr-defined]
-            container.mux(packet)
-    return out.getvalue(), content_type
+    encoder = Encoder(sample_rate, audio_format)
+    encoder.write(pcm)
+    return encoder.finish(), encoder.content_type
 
 
 def decode_to_pcm(data: bytes, rate: int = 16_000) -> np.ndarray:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.config import ModelConfig
 from inferd.errors import ConfigError, EngineError, InvalidRequest
+from inferd.protocol.images import MAX_IMAGES, MAX_SIDE, MAX_STEPS_IN_PROCESS
 
 if TYPE_CHECKING:
     from inferd.engines.registry import EngineRegistry
@@ -42,6 +43,20 @@ def _png_b64(image: Any) -> str:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def check_bounds(payload: dict[str, Any]) -> None:
+    """400 past the work one request may ask of the device: the route checks the same before the
+    limits, and this keeps the engine safe from any other caller."""
+    width, height = (int(v) for v in str(payload["size"]).split("x"))
+    steps = payload.get("num_inference_steps")
+    if max(width, height) > MAX_SIDE:
+        raise InvalidRequest(f"size: at most {MAX_SIDE}x{MAX_SIDE}", param="size")
+    if not 1 <= int(payload.get("n") or 1) <= MAX_IMAGES:
+        raise InvalidRequest(f"n: must be an integer from 1 to {MAX_IMAGES}", param="n")
+    if steps is not None and not 1 <= int(steps) <= MAX_STEPS_IN_PROCESS:
+        raise InvalidRequest(f"num_inference_steps: must be from 1 to {MAX_STEPS_IN_PROCESS}",
+                             param="num_inference_steps")
 
 
 class DiffusersEngine:
@@ -91,6 +106,7 @@ class DiffusersEngine:
 
     async def images(self, payload: dict[str, Any]) -> dict[str, Any]:
         """`{created, data: [{b64_json}]}`: PNGs of the requested size, generated on the device."""
+        check_bounds(payload)
         try:
             images = await asyncio.get_running_loop().run_in_executor(self._executor, self._generate, payload)
         except ValueError as exc:  # the pipeline's own input checks (a size its VAE cannot produce, …)

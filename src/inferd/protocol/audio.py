@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MAX_SPEECH_INPUT = 4096  # characters of `input`: a few minutes of speech
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+
 
 class SpeechRequest(BaseModel):
     """Only `model` is required by the service; the engine requires `voice` and `input`."""
@@ -13,6 +16,6 @@ class SpeechRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(max_length=256)
     voice: str | None = None
-    input: str | None = None
+    input: str | None = Field(None, max_length=MAX_SPEECH_INPUT)
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0)
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED)
