@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+from pathlib import Path
+
 from inferd.limits.memory import MemoryRateLimiter
+from inferd.limits.worker_window import WorkerRateLimiter
 
 WINDOW = 0.2
 
@@ -53,5 +56,28 @@ def test_hits_on_held_windows_never_sweep() -> None:
         assert len(limiter) == 3  # the idle ones wait for the next sweep
         await limiter.hit("fourth-new-window", limit=100)  # the 4th opened: the sweep runs
         assert len(limiter) == 2  # idle-0 (hit just now) and the newcomer
+
+    asyncio.run(go())
+
+
+def test_the_workers_file_drops_windows_of_keys_never_seen_again(tmp_path: Path) -> None:
+    """`serve --workers N` without Redis: the shared file's rows of idle windows go at the periodic
+    sweep, while a live window keeps its count."""
+    async def go() -> None:
+        limiter = WorkerRateLimiter(tmp_path / "window.db", window=WINDOW, sweep_every=50)
+        try:
+            assert await limiter.hit("busy", limit=2) is None
+            for n in range(40):
+                assert await limiter.hit(f"once-{n}", limit=5) is None
+            assert len(limiter) == 41
+            await asyncio.sleep(WINDOW * 1.5)  # every window goes idle
+            assert await limiter.hit("busy", limit=2) is None
+            for n in range(8):  # the 50th admission sweeps every idle row
+                await limiter.hit(f"late-{n}", limit=5)
+            assert len(limiter) == 9  # busy's one live hit and the eight late ones
+            assert await limiter.hit("busy", limit=2) is None
+            assert await limiter.hit("busy", limit=2) is not None  # busy still counts its hits
+        finally:
+            await limiter.close()
 
     asyncio.run(go())

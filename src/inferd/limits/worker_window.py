@@ -22,15 +22,22 @@ FILE_ENV = "INFERD_WORKER_RATE_FILE"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hits (window TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS hits_by_window ON hits (window, at);
+CREATE INDEX IF NOT EXISTS hits_by_time ON hits (at);
 """
+
+# Every this many admissions in a worker, one statement drops the hits of every window that left
+# the minute: a key never seen again leaves no rows behind (its own window is only cleaned on a hit).
+SWEEP_EVERY = 1024
 
 
 class WorkerRateLimiter:
     """Exact sliding window in a file the workers share: admitted while fewer than `limit`
     requests of the window fall in the last minute (wall-clock time, the same in every worker)."""
 
-    def __init__(self, path: Path, window: float = WINDOW_SECONDS) -> None:
+    def __init__(self, path: Path, window: float = WINDOW_SECONDS, sweep_every: int = SWEEP_EVERY) -> None:
         self._window = window
+        self._sweep_every = sweep_every
+        self._since_sweep = 0
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = OFF")
@@ -42,7 +49,12 @@ class WorkerRateLimiter:
         db = self._db
         db.execute("BEGIN IMMEDIATE")  # one worker at a time counts a window: no two take its last slot
         try:
-            db.execute("DELETE FROM hits WHERE window = ? AND at <= ?", (key, now - self._window))
+            self._since_sweep += 1
+            if self._since_sweep >= self._sweep_every:
+                self._since_sweep = 0
+                db.execute("DELETE FROM hits WHERE at <= ?", (now - self._window,))
+            else:
+                db.execute("DELETE FROM hits WHERE window = ? AND at <= ?", (key, now - self._window))
             (held,) = db.execute("SELECT count(*) FROM hits WHERE window = ?", (key,)).fetchone()
 
             def nth_oldest(index: int) -> float:
@@ -58,6 +70,11 @@ class WorkerRateLimiter:
             db.execute("ROLLBACK")
             raise
         return retry_after
+
+    def __len__(self) -> int:
+        """How many hits the file holds, of every window."""
+        (held,) = self._db.execute("SELECT count(*) FROM hits").fetchone()
+        return int(held)
 
     async def close(self) -> None:
         """Close the file (the command that made it removes it)."""
