@@ -1,9 +1,14 @@
-# inferd: `make serve` and `make test` work on a fresh clone (they run `make install` first).
+# inferd: `make serve` and `make test` work on a fresh clone (each installs what it needs first).
+# `make serve` needs Python and a C++ compiler only (no browser, no Node); `make test` adds the test
+# extras and Debian's Chromium for the browser tests.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+# Two stamps: the serving install (venv, llama-cpp-python, inferd and its dependencies), then the
+# whole install (plus the test extras); `.installed` is the whole one.
+SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed
-# llama-cpp-python ships no binary wheel; it is built once per machine (about 12 minutes on
+# llama-cpp-python ships no binary wheel; it is built once per machine (6 to 12 minutes on
 # two cores) into this wheelhouse, outside the repository, and reused by every later install.
 # Built for this CPU (-march=native) but without AMX: ggml's AMX matmul crashed (SIGSEGV in
 # libggml-cpu) on every prompt longer than a few tokens on this project's Sapphire Rapids machines;
@@ -16,35 +21,37 @@ LLAMA_CMAKE_ARGS := $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=ON "-D
 PG_URL ?= postgresql://127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-# The web console's libraries (Alpine.js, Chart.js) come from the npm registry at build time
-# (console/package-lock.json) and are copied into the package as static files; rebuilt only when
-# missing or older than the lock file. The browser tests drive Debian's Chromium (never a
-# Playwright download).
-CONSOLE_VENDOR := src/inferd/console/static/vendor/.built
+# The web console's libraries (Alpine.js's CSP build, Chart.js) are committed, built, in
+# src/inferd/console/static/vendor/ with a manifest of their versions and sha256s, which
+# tests/console/test_vendor.py holds to console/package-lock.json: serving needs no npm.
+# `make console` rebuilds them with npm from the lock file (after an upgrade there);
+# `make console-check` rebuilds them in a temporary folder and compares them with the committed
+# ones. The browser tests drive Debian's Chromium (never a Playwright download).
+VENDOR := src/inferd/console/static/vendor
 
-.PHONY: install serve test test-sqlite test-postgres bench chromium
+.PHONY: install install-serve serve test test-sqlite test-postgres bench chromium console console-check
 
-install: $(CONSOLE_VENDOR) chromium $(STAMP)
+install: $(STAMP) chromium
 
-$(CONSOLE_VENDOR): console/package.json console/package-lock.json console/build.mjs
-	command -v npm >/dev/null || { apt-get update && apt-get install -y nodejs npm; } || \
-	  { echo "make install: npm is needed to build the web console (apt-get install nodejs npm)" >&2; exit 1; }
-	cd console && npm ci --no-audit --no-fund && npm run build
-	touch $(CONSOLE_VENDOR)
+install-serve: $(SERVE_STAMP)
+
+$(SERVE_STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
+	  CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) wheel --no-cache-dir --no-deps -w $(WHEELHOUSE) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	$(PIP) install -q --find-links $(WHEELHOUSE) -e .
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP)
+	$(PIP) install -q --find-links $(WHEELHOUSE) -e '.[test]'
+	touch $(STAMP)
 
 chromium:
 	@command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; } || \
 	  { echo "make install: Chromium is needed by the browser tests (apt-get install chromium)" >&2; exit 1; }
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
-	  CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) wheel --no-cache-dir --no-deps -w $(WHEELHOUSE) llama-cpp-python==$(LLAMA_CPP_VERSION)
-	$(PIP) install -q --find-links $(WHEELHOUSE) -e '.[test]'
-	touch $(STAMP)
-
-serve: install
+serve: $(SERVE_STAMP)
 	$(VENV)/bin/inferd serve
 
 # The whole suite twice, both at once: embedded SQLite with in-process limits, and PostgreSQL +
@@ -63,3 +70,19 @@ test-postgres: install
 
 bench: install
 	$(PY) bench/overhead.py
+
+define NEED_NPM
+@command -v npm >/dev/null || { apt-get update && apt-get install -y nodejs npm; } || \
+  { echo "make $@: npm is needed to rebuild the console's libraries (apt-get install nodejs npm)" >&2; exit 1; }
+endef
+
+console:
+	$(NEED_NPM)
+	cd console && npm ci --no-audit --no-fund && node build.mjs
+
+console-check:
+	$(NEED_NPM)
+	cd console && npm ci --no-audit --no-fund
+	@out=$$(mktemp -d); node console/build.mjs --out $$out >/dev/null && diff -r $$out $(VENDOR); status=$$?; \
+	  rm -rf "$$out"; [ $$status != 0 ] || echo "make console-check: $(VENDOR) is what console/package-lock.json builds"; \
+	  exit $$status

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from tests.harness import Backend, Server, Upstream, auth, pg_create_database, pg_drop_database, write_config
 
@@ -117,14 +117,59 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @dataclass
-class Console:
-    """One browser tab on the console, and what it asked of the network."""
+class Tab:
+    """One browser tab on the server, and what it asked of the network and complained of."""
 
     page: Page
     server: Server
-    screenshots: Path
     urls: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
+    # securitypolicyviolation events; console messages of Chromium's about its CSP, and Alpine's
+    # warnings (an attribute expression its CSP build could not evaluate).
+    csp_violations: list[str] = field(default_factory=list)
+    console_problems: list[str] = field(default_factory=list)
+    # URLs a test expects the page to try and its policy to refuse (none unless it says).
+    refused: tuple[str, ...] = ()
+
+
+# Runs in every page before the page's own scripts (Playwright injects it over the DevTools
+# protocol, which the page's CSP does not govern) and reports each violation to the test at once.
+WATCH_CSP = """document.addEventListener("securitypolicyviolation", (event) => window.inferdCspViolation(
+  `${event.effectiveDirective} blocked ${event.blockedURI || "(inline)"} at ${event.sourceFile}:${event.lineNumber}`));"""
+
+
+def _is_problem(message: ConsoleMessage) -> bool:
+    """A console message saying the page broke its CSP, or that Alpine could not evaluate an attribute."""
+    return "Content Security Policy" in message.text or "Alpine Expression Error" in message.text
+
+
+def watch(tab: Tab) -> None:
+    """Record on `tab` every request, script error, CSP violation, and CSP or Alpine complaint."""
+    tab.page.expose_function("inferdCspViolation", lambda violation: tab.csp_violations.append(violation))
+    tab.page.add_init_script(WATCH_CSP)
+    tab.page.on("request", lambda request: tab.urls.append(request.url))
+    tab.page.on("pageerror", lambda error: tab.page_errors.append(str(error)))
+    tab.page.on("console", lambda message: tab.console_problems.append(message.text) if _is_problem(message) else None)
+
+
+def assert_clean(tab: Tab) -> None:
+    """No script error, no CSP violation, no Alpine complaint, nothing asked of any other origin
+    (but the URLs in `tab.refused`, which the policy must have refused)."""
+    def unexpected(entries: list[str]) -> list[str]:
+        return [entry for entry in entries if not any(url in entry for url in tab.refused)]
+
+    assert tab.page_errors == []
+    assert unexpected(tab.csp_violations) == []
+    assert unexpected(tab.console_problems) == []
+    foreign = [u for u in tab.urls if not u.startswith((tab.server.base_url + "/", "data:", "blob:"))]
+    assert unexpected(foreign) == [], foreign
+
+
+@dataclass
+class Console(Tab):
+    """A tab on the console."""
+
+    screenshots: Path = Path()
 
     def open(self) -> None:
         """Load /console (no key needed)."""
@@ -151,20 +196,17 @@ class Console:
 @pytest.fixture()
 def console(console_server: Server, browser: Browser, screenshots: Path) -> Iterator[Console]:
     """A fresh browser context (its own session storage) on the console; after the test, checks that
-    the page raised no script error and asked nothing of any other origin."""
+    the page raised no script error, broke nothing of its Content-Security-Policy, and asked nothing
+    of any other origin."""
     context = browser.new_context(viewport={"width": 1360, "height": 860}, accept_downloads=True)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=console_server.base_url)
-    page = context.new_page()
-    tab = Console(page, console_server, screenshots)
-    page.on("request", lambda request: tab.urls.append(request.url))
-    page.on("pageerror", lambda error: tab.page_errors.append(str(error)))
+    tab = Console(context.new_page(), console_server, screenshots=screenshots)
+    watch(tab)
     try:
         yield tab
     finally:
         context.close()
-    assert tab.page_errors == []
-    foreign = [u for u in tab.urls if not u.startswith((console_server.base_url + "/", "data:", "blob:"))]
-    assert foreign == [], foreign
+    assert_clean(tab)
 
 
 @dataclass

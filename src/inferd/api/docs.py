@@ -1,11 +1,17 @@
-"""OpenAPI entries for the raw-ASGI hot routes. The dispatcher in app.py answers these paths
-before FastAPI sees them; these stubs exist so /openapi.json documents their schemas."""
+"""The API's documentation pages, /docs (Swagger UI) and /redoc (ReDoc), served with their scripts
+from this server alone; and the OpenAPI entries of the raw-ASGI hot routes (the dispatcher in
+app.py answers those paths before FastAPI sees them: the stubs exist so /openapi.json documents
+their schemas)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import importlib.util
+from pathlib import Path
 
-from inferd.errors import ServiceUnavailable
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, HTMLResponse, Response
+
+from inferd.errors import NotFound, ServiceUnavailable
 from inferd.protocol.chat import (ChatCompletionRequest, ChatCompletionResponse, CountTokensRequest,
                                   CountTokensResponse)
 from inferd.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
@@ -15,6 +21,100 @@ from inferd.protocol.rerank import RerankRequest, RerankResponse
 from inferd.protocol.responses import ResponseObject, ResponsesRequest
 
 router = APIRouter()
+
+# Swagger UI's and ReDoc's browser bundles come from the fastapi-offline package (a dependency, which
+# ships them as plain files), never from a CDN. Found without importing it: only its files are used.
+_OFFLINE = importlib.util.find_spec("fastapi_offline")
+if _OFFLINE is None or _OFFLINE.origin is None:  # pragma: no cover - a dependency
+    raise ImportError("fastapi-offline is not installed: it ships the /docs and /redoc scripts")
+DOCS_ASSETS = Path(_OFFLINE.origin).resolve().parent / "static"
+ASSET_TYPES = {
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "swagger-ui.css": "text/css; charset=utf-8",
+    "redoc.standalone.js": "text/javascript; charset=utf-8",
+    "favicon.png": "image/png",
+}
+
+# Starts Swagger UI on the page's #swagger-ui (FastAPI's own settings), from a file rather than an
+# inline script, so that the CSP allows no inline script. validatorUrl null: Swagger UI would
+# otherwise send the document to an outside validator for its badge.
+SWAGGER_INIT = b"""\
+"use strict";
+window.ui = SwaggerUIBundle({
+  url: document.getElementById("swagger-ui").dataset.openapiUrl,
+  dom_id: "#swagger-ui",
+  layout: "BaseLayout",
+  deepLinking: true,
+  showExtensions: true,
+  showCommonExtensions: true,
+  validatorUrl: null,
+  presets: [SwaggerUIBundle.presets.apis, SwaggerUIBundle.SwaggerUIStandalonePreset],
+});
+"""
+
+SWAGGER_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>inferd API - Swagger UI</title>
+<link rel="icon" href="/docs/assets/favicon.png">
+<link rel="stylesheet" href="/docs/assets/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui" data-openapi-url="/openapi.json"></div>
+<script src="/docs/assets/swagger-ui-bundle.js"></script>
+<script src="/docs/assets/swagger-init.js"></script>
+</body>
+</html>
+"""
+
+REDOC_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>inferd API - ReDoc</title>
+<link rel="icon" href="/docs/assets/favicon.png">
+</head>
+<body>
+<redoc spec-url="/openapi.json"></redoc>
+<script src="/docs/assets/redoc.standalone.js"></script>
+</body>
+</html>
+"""
+
+# Scripts, styles, images and calls ("Try it out" included) from this server only; no inline script,
+# no eval. Swagger UI sets its styles through the CSSOM only. ReDoc's styled-components inject
+# <style> elements ('unsafe-inline' for styles, on /redoc alone), and ReDoc runs its search index in
+# a worker it makes from a blob: URL.
+_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'{styles}; img-src 'self' data:; "
+           "font-src 'self' data:; connect-src 'self'; worker-src {workers}; base-uri 'none'; "
+           "form-action 'none'; frame-ancestors 'none'")
+_COMMON = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+SWAGGER_HEADERS = {"Content-Security-Policy": _POLICY.format(styles="", workers="'none'"), **_COMMON}
+REDOC_HEADERS = {"Content-Security-Policy": _POLICY.format(styles=" 'unsafe-inline'", workers="'self' blob:"),
+                 **_COMMON}
+
+
+@router.get("/docs", include_in_schema=False)
+async def swagger_ui() -> HTMLResponse:
+    """The API document in Swagger UI."""
+    return HTMLResponse(SWAGGER_PAGE, headers=SWAGGER_HEADERS)
+
+
+@router.get("/redoc", include_in_schema=False)
+async def redoc() -> HTMLResponse:
+    """The API document in ReDoc."""
+    return HTMLResponse(REDOC_PAGE, headers=REDOC_HEADERS)
+
+
+@router.get("/docs/assets/{name}", include_in_schema=False)
+async def docs_asset(name: str) -> Response:
+    """One of the documentation pages' scripts, styles or icon: a fixed list of names, nothing else."""
+    if name == "swagger-init.js":
+        return Response(SWAGGER_INIT, media_type="text/javascript; charset=utf-8", headers=SWAGGER_HEADERS)
+    if name not in ASSET_TYPES:
+        raise NotFound(f"No documentation file '{name}'", code="unknown_route")
+    return FileResponse(DOCS_ASSETS / name, media_type=ASSET_TYPES[name], headers=SWAGGER_HEADERS)
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, tags=["chat"])

@@ -1,5 +1,7 @@
 // inferd web console: Alpine.js components over the admin API (CONTRACT.md decision 19); the
 // usage page is in usage.js.
+// Alpine is its CSP build (no 'unsafe-eval'): index.html's attributes only read properties and
+// call methods, so whatever they show is computed here, in getters and methods.
 // The admin key lives in sessionStorage only and is sent as `Authorization: Bearer` to this
 // server's /v1 routes; nothing else is contacted.
 "use strict";
@@ -10,7 +12,7 @@ const TABS = [
   { id: "keys", label: "Keys" },
   { id: "batches", label: "Batches" },
   { id: "deployments", label: "Deployments" },
-];
+].map((tab) => ({ ...tab, href: `#/${tab.id}`, navId: `nav-${tab.id}` }));
 const REFRESH_MS = 5000;
 const BATCH_RUNNING = new Set(["validating", "in_progress", "finalizing", "cancelling"]);
 
@@ -65,6 +67,10 @@ const format = {
   count(value) {
     return Number(value || 0).toLocaleString("en-US");
   },
+  /** The value, or a dash when there is none. */
+  dash(value) {
+    return value === null || value === undefined || value === "" ? "—" : value;
+  },
   /** Unix seconds or an ISO 8601 string, as `YYYY-MM-DD HH:MM UTC`. */
   when(value) {
     if (value === null || value === undefined || value === "") return "—";
@@ -113,6 +119,16 @@ document.addEventListener("alpine:init", () => {
     org: { slug: "" },
     page: "usage",
     notice: "",
+
+    get signedOut() {
+      return !this.signedIn;
+    },
+    isPage(id) {
+      return this.page === id;
+    },
+    tabClass(tab) {
+      return { active: this.page === tab.id };
+    },
 
     init() {
       window.addEventListener("hashchange", () => this.route());
@@ -177,6 +193,52 @@ document.addEventListener("alpine:init", () => {
     },
     get visible() {
       return this.items.filter((key) => !this.hideRevoked || !key.revoked_at);
+    },
+    get empty() {
+      return !this.loading && this.visible.length === 0;
+    },
+    get createdId() {
+      return this.created ? this.created.access_key_id : "";
+    },
+    get createdKey() {
+      return this.created ? this.created.full_key : "";
+    },
+    get copyLabel() {
+      return this.copied ? "Copied" : "Copy";
+    },
+    get editingId() {
+      return this.editing ? this.editing.access_key_id : "";
+    },
+    get revokingId() {
+      return this.revoking ? this.revoking.access_key_id : "";
+    },
+    isActive(key) {
+      return !key.revoked_at;
+    },
+    rowClass(key) {
+      return { revoked: Boolean(key.revoked_at) };
+    },
+    hasBudget(key) {
+      return key.budget_usd !== null;
+    },
+    spendText(key) {
+      return `${this.money(key.spend_usd)} / ${key.budget_usd === null ? "no budget" : this.money(key.budget_usd)}`;
+    },
+    meterMax(key) {
+      return Math.max(key.budget_usd, 1e-9);
+    },
+    meterHigh(key) {
+      return key.budget_usd * 0.8;
+    },
+    statusText(key) {
+      return key.revoked_at ? `revoked ${this.when(key.revoked_at)}` : "active";
+    },
+    dismissCreated() {
+      this.created = null;
+      this.copied = false;
+    },
+    closeDialog(ref) {
+      this.$refs[ref].close();
     },
     async load() {
       this.loading = true;
@@ -291,6 +353,18 @@ document.addEventListener("alpine:init", () => {
         this.load();
         stop = poller(() => { if (this.items.some((batch) => BATCH_RUNNING.has(batch.status))) this.load(); });
       },
+      get empty() {
+        return !this.loading && this.items.length === 0;
+      },
+      statusClass(batch) {
+        return `status-${batch.status}`;
+      },
+      progressMax(batch) {
+        return Math.max(batch.request_counts.total, 1);
+      },
+      progressDone(batch) {
+        return batch.request_counts.completed + batch.request_counts.failed;
+      },
       destroy() {
         if (stop) stop();
       },
@@ -345,6 +419,15 @@ document.addEventListener("alpine:init", () => {
       init() {
         this.load();
         stop = poller(() => this.load());
+      },
+      get empty() {
+        return !this.loading && this.items.length === 0;
+      },
+      rowKey(row) {
+        return `${row.model}/${row.deployment}`;
+      },
+      health(row) {
+        return row.up ? "up" : "down";
       },
       destroy() {
         if (stop) stop();

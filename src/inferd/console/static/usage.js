@@ -44,6 +44,18 @@ document.addEventListener("alpine:init", () => {
         if (chart) chart.destroy();
         chart = null;
       },
+      get chartTitle() {
+        return this.metric === "cost_usd" ? "Spend per day" : "Requests per day";
+      },
+      get foldedNote() {
+        return this.folded > 0 ? `The ${this.folded} smallest groups are shown together as “other”.` : "";
+      },
+      get splitHeading() {
+        return this.shownSplit === "model" ? "Model" : "Key";
+      },
+      get empty() {
+        return !this.loading && this.groups.length === 0;
+      },
       label(value) {
         if (value === null || value === undefined) return "(none)";
         if (this.shownSplit === "key_id" && this.names[value]) return `${this.names[value]} (${value})`;
