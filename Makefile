@@ -35,16 +35,16 @@ install: $(STAMP) chromium
 
 install-serve: $(SERVE_STAMP)
 
-$(SERVE_STAMP): pyproject.toml
+$(SERVE_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
 	  CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) wheel --no-cache-dir --no-deps -w $(WHEELHOUSE) llama-cpp-python==$(LLAMA_CPP_VERSION)
-	$(PIP) install -q --find-links $(WHEELHOUSE) -e .
+	$(PIP) install -q -c constraints.txt --find-links $(WHEELHOUSE) -e .
 	touch $(SERVE_STAMP)
 
 $(STAMP): $(SERVE_STAMP)
-	$(PIP) install -q --find-links $(WHEELHOUSE) -e '.[test]'
+	$(PIP) install -q -c constraints.txt --find-links $(WHEELHOUSE) -e '.[test]'
 	touch $(STAMP)
 
 chromium:
