@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -50,7 +51,7 @@ from inferd.calls.stage import CallStage
 from inferd.catalogue import ModelCatalogue
 from inferd.config import Catalogue, Settings, load_catalogue
 from inferd.engines.registry import EngineRegistry, default_registry
-from inferd.errors import InferdError, InvalidRequest, MethodNotAllowed, NotFound
+from inferd.errors import InferdError, InvalidRequest, MethodNotAllowed, NotFound, refused_text
 from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
 from inferd.limits.worker_window import FILE_ENV as WORKER_RATE_FILE_ENV, WorkerRateLimiter
@@ -221,6 +222,11 @@ def _install_error_handlers(api: FastAPI) -> None:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return _error_response(InferdError("Internal server error"), request.url.path)
 
+    @api.exception_handler(DBAPIError)
+    async def database_error(request: Request, exc: DBAPIError) -> Response:
+        refused = refused_text(exc)  # a client's NUL character, which PostgreSQL cannot hold: 400
+        return await unexpected(request, exc) if refused is None else _error_response(refused, request.url.path)
+
 
 class InferdApp:
     """The ASGI application: hot routes as raw handlers, everything else through FastAPI."""
@@ -229,8 +235,10 @@ class InferdApp:
         self.settings = settings
         self.services: Services | None = None
         self._hot: dict[str, Any] = {}
+        # /docs and /redoc are api/docs.py's: FastAPI's own load their scripts from a CDN.
         self.api = FastAPI(title="inferd", version="1.0.0", lifespan=self._lifespan,
-                           description=f"Self-hosted inference API (inferd {__version__})")
+                           description=f"Self-hosted inference API (inferd {__version__})",
+                           docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None)
         _install_error_handlers(self.api)
         self.api.include_router(models_routes.router)
         self.api.include_router(audio_routes.router)

@@ -218,3 +218,18 @@ class RelayedError(InferdError):
 
 class ConfigError(Exception):
     """A configuration file or environment value is wrong; raised at start, never over HTTP."""
+
+
+# SQLSTATEs of text PostgreSQL cannot hold: 22021 character_not_in_repertoire (a NUL in text),
+# 22P05 untranslatable_character (\u0000 in jsonb).
+_UNSTORABLE_TEXT = ("22021", "22P05")
+
+
+def refused_text(exc: BaseException) -> InvalidRequest | None:
+    """The 400 for a database error that a client's NUL character caused, else None. PostgreSQL
+    holds no NUL in text or jsonb and refuses a query carrying one (a path id, a query parameter,
+    a body field): the request's fault, where SQLite simply finds nothing."""
+    if getattr(getattr(exc, "orig", None), "sqlstate", None) in _UNSTORABLE_TEXT:
+        return InvalidRequest("The request carries a NUL character (\\u0000), which no identifier or "
+                              "stored text may hold")
+    return None

@@ -25,6 +25,8 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-stops`           honours `stop` as whole words of the reply and, like vLLM, names the stop string
                          that ended it in the choice's `stop_reason`
 - `mock-crash`           answers 500 with a traceback naming a file path and an internal host
+- `mock-error-echo`      answers 500 with a plain-text body quoting the last message's content as sent
+                         (an engine that echoes its input in an error: a log line must not be forged)
 - `mock-grounded`        (streams) reads the passages (`From <source>:` blocks) and the `Question:` line of
                          the last user message, and answers with the sentence of the passage sharing most
                          words with the question, then ` [n]`, n its place among the passages
@@ -261,6 +263,9 @@ class FakeUpstream:
                                          status=503)
         if model == "mock-crash":
             return web.Response(status=500, text=CRASH_TRACE)
+        if model == "mock-error-echo":
+            last = (body.get("messages") or [{}])[-1]
+            return web.Response(status=500, text=f"cannot answer: {last.get('content')}")
         wait = _suffix_number(model, "mock-throttle-")
         if wait is not None:
             return web.json_response({"object": "error", "message": "too many requests", "type": "RateLimitError",
@@ -405,7 +410,8 @@ class FakeUpstream:
         form = await request.post()
         upload = form["file"]
         fields = {k: str(v) for k, v in form.items() if k != "file"}
-        self.requests.append({"path": request.path, "body": {**fields, "file_bytes": len(upload.file.read())}})
+        self.requests.append({"path": request.path, "body": {**fields, "file_bytes": len(upload.file.read())},
+                              "filename": upload.filename})
         if fields.get("response_format") in PLAIN_TRANSCRIPTS:
             written = EDGE_TRANSCRIPTS if fields.get("model") == "mock-edges" else PLAIN_TRANSCRIPTS
             return web.Response(body=written[fields["response_format"]], content_type="text/plain")

@@ -142,8 +142,17 @@ async def _generate_body(request: Request) -> dict[str, Any]:
     return parsed
 
 
+_GENERATE_BODY = {"type": "object", "required": ["message_id"], "properties": {
+    "conversation_id": {"type": "integer", "minimum": 1, "maximum": MAX_BIG_ID},
+    "message_id": {"type": "integer", "minimum": 1, "maximum": MAX_BIG_ID}}}
+
+
+# The body is read by hand (_generate_body), so the document says what it may be: JSON or a form.
 @router.post("/v1/conversations/{conversation_id}/generate", response_class=StreamingResponse,
-             responses={200: {"content": {"text/event-stream": {}}}})
+             responses={200: {"content": {"text/event-stream": {}}}},
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 media: {"schema": _GENERATE_BODY} for media in (
+                     "application/json", "multipart/form-data", "application/x-www-form-urlencoded")}}})
 async def generate(request: Request, conversation_id: str, model: str = Query(min_length=1, max_length=256),
                    thinking: str | None = None, web_search: str | None = Query(None, alias="webSearch"),
                    key: KeyRecord = Depends(metered_user_key)) -> StreamingResponse:

@@ -9,7 +9,7 @@ from typing import Any
 from inferd.api.asgi import ClientGone, Receive, Scope, Send, header, require_post, send_error
 from inferd.api.body_limits import HOT_BODY_BYTES, BodyClock, read_json_object
 from inferd.auth.principal import Authenticator, require_long_lived
-from inferd.errors import InferdError
+from inferd.errors import InferdError, refused_text
 from inferd.limits.base import Limits
 from inferd.store.keys import KeyRecord
 
@@ -58,6 +58,8 @@ class JsonRoute:
             await self.refuse(send, exc)
         except ClientGone:
             return
-        except Exception:
-            log.exception("%s failed", scope["path"])
-            await self.refuse(send, InferdError("Internal server error"))
+        except Exception as exc:
+            refused = refused_text(exc)  # a client's NUL character, which PostgreSQL cannot hold: 400
+            if refused is None:
+                log.exception("%s failed", scope["path"])
+            await self.refuse(send, refused or InferdError("Internal server error"))

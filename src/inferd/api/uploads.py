@@ -1,9 +1,18 @@
 """Multipart uploads streamed to a temporary file, counted as they arrive: a file over the limit
-is refused with 413 at the byte that crosses it, never read whole into memory."""
+is refused with 413 at the byte that crosses it, never read whole into memory.
+
+What the client names is cleaned here, once, for every route that takes an upload (CONTRACT.md
+decision 22, amended): the file name and the field names lose their control characters (C0, DEL
+and C1) and the file name is cut to 255 characters, since they may go on into a header (the part
+headers of an upstream request, a download's Content-Disposition), a database column or a log
+line; field values lose theirs too, but a tab or a line break (a transcription `prompt` may hold
+lines) becomes a space, so the words either side stay apart. A field whose name is left empty
+is dropped; a file name left empty is the route's default."""
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +25,31 @@ from inferd.api.body_limits import too_large
 from inferd.errors import InvalidRequest
 
 MAX_FIELD_BYTES = 64 * 1024
+MAX_FILENAME_CHARS = 255
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_SPACING = re.compile("\r\n|[\t\n\r]")
+
+
+def clean_name(name: str) -> str:
+    """A client's file or field name without control characters."""
+    return _CONTROL.sub("", name)
+
+
+def clean_filename(name: str) -> str:
+    """A client's file name without control characters, at most 255 characters (its extension kept)."""
+    name = clean_name(name)
+    if len(name) > MAX_FILENAME_CHARS:
+        stem, dot, extension = name.rpartition(".")
+        if dot and stem and len(extension) <= 16:
+            name = stem[:MAX_FILENAME_CHARS - len(extension) - 1] + "." + extension
+        else:
+            name = name[:MAX_FILENAME_CHARS]
+    return name
+
+
+def clean_value(value: str) -> str:
+    """A form field's value without control characters: a tab or a line break is a space."""
+    return _CONTROL.sub("", _SPACING.sub(" ", value))
 
 
 @dataclass
@@ -62,10 +96,10 @@ async def read_upload(request: Request, file_field: str, max_bytes: int, label: 
 
     def on_headers_finished() -> None:
         _, disposition = parse_options_header(state["headers"].get(b"content-disposition", b""))  # type: ignore[union-attr,attr-defined]
-        state["name"] = disposition.get(b"name", b"").decode("utf-8", "replace")
+        state["name"] = clean_name(disposition.get(b"name", b"").decode("utf-8", "replace"))
         filename = disposition.get(b"filename")
         if state["name"] == file_field and filename is not None:
-            upload.filename = filename.decode("utf-8", "replace")
+            upload.filename = clean_filename(filename.decode("utf-8", "replace"))
 
     def on_part_data(data: bytes, start: int, end: int) -> None:
         if state["name"] == file_field and upload.filename is not None:
@@ -82,8 +116,8 @@ async def read_upload(request: Request, file_field: str, max_bytes: int, label: 
 
     def on_part_end() -> None:
         name = str(state["name"])
-        if not (name == file_field and upload.filename is not None):
-            upload.fields[name] = bytes(state["value"]).decode("utf-8", "replace")  # type: ignore[arg-type]
+        if name and not (name == file_field and upload.filename is not None):
+            upload.fields[name] = clean_value(bytes(state["value"]).decode("utf-8", "replace"))  # type: ignore[arg-type]
         state.update(headers={}, field=b"", name=None, value=bytearray())
 
     parser = MultipartParser(boundary, {

@@ -19,7 +19,7 @@ from inferd.engines.upstream_http import (UpstreamBroke, UpstreamHTTP, UpstreamR
                                          retry_after_seconds)
 from inferd.observe.requests import current_request_id
 from inferd.errors import (ConfigError, EngineCredentialsRefused, EngineError, EngineTimeout, EngineUnavailable,
-                           RelayedError)
+                           InvalidRequest, RelayedError)
 
 if TYPE_CHECKING:
     from inferd.engines.registry import EngineRegistry
@@ -214,14 +214,20 @@ class OpenAIHTTPEngine:
         url = self._base + "/audio/transcriptions"
         response_format = fields.get("response_format") or "json"
         plain = response_format in PLAIN_FORMATS
-        form = aiohttp.FormData()
-        for name, value in fields.items():
-            if name != "response_format":
-                form.add_field(name, value)
-        form.add_field("response_format", response_format if plain else "verbose_json")
-        with open(path, "rb") as audio:
-            form.add_field("file", audio, filename=filename)
-            response = await self._send("POST", url, form=form)
+        # Names go into the parts' headers as UTF-8, as browsers send them (aiohttp's quoting
+        # percent-encodes a file name and cannot send a field name outside ASCII at all); the API
+        # took out their control characters (api/uploads.py), and aiohttp refuses any left (400).
+        form = aiohttp.FormData(quote_fields=False)
+        try:
+            for name, value in fields.items():
+                if name not in ("response_format", "file"):  # one `file` part: the audio
+                    form.add_field(name, value)
+            form.add_field("response_format", response_format if plain else "verbose_json")
+            with open(path, "rb") as audio:
+                form.add_field("file", audio, filename=filename)
+                response = await self._send("POST", url, form=form)
+        except ValueError as exc:
+            raise InvalidRequest(f"file: a name in the form cannot be sent on: {exc}", param="file") from None
         raw = await self._read(response, url)
         if plain:
             return {"text": spoken_text(raw, response_format), "body": raw}
