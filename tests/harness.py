@@ -121,6 +121,20 @@ def idp_token(subject: str, **claims: Any) -> str:
     return jwt.encode(payload, IDP_HS256_SECRET, algorithm="HS256")
 
 
+def on_database(backend: Backend, work: Callable[[Any], Any]) -> Any:
+    """Open and migrate the run's database, await `work(engine)` on it, close it; its result."""
+
+    async def go() -> Any:
+        engine = create_engine(backend.database_url)
+        try:
+            await migrate(engine)
+            return await work(engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
 @contextmanager
 def scratch_database(backend: Backend, folder: Path) -> Iterator[str]:
     """The URL of an empty database of the run's kind (a new PostgreSQL database, dropped on exit,

@@ -4,7 +4,6 @@ stays and still groups by key and by user. Keys are seeded and backdated in the 
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from datetime import timedelta
@@ -14,22 +13,10 @@ from typing import Any
 import httpx
 from sqlalchemy import select, update
 
-from inferd.store.db import create_engine, migrate, utcnow
+from inferd.store.db import utcnow
 from inferd.store.tables import api_keys
 from tests.conftest import MOCK_CHAT_TOML
-from tests.harness import Backend, Server, Upstream, auth, serving
-
-
-def _on_db(backend: Backend, work: Any) -> Any:
-    async def go() -> Any:
-        engine = create_engine(backend.database_url)
-        try:
-            await migrate(engine)
-            return await work(engine)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
+from tests.harness import Backend, on_database, Server, Upstream, auth, serving
 
 
 def _expire(backend: Backend, full_key: str, ago: timedelta) -> None:
@@ -38,7 +25,7 @@ def _expire(backend: Backend, full_key: str, ago: timedelta) -> None:
             await conn.execute(update(api_keys).where(api_keys.c.access_key_id == full_key.split(":")[0])
                                .values(expires_at=utcnow() - ago))
 
-    _on_db(backend, work)
+    on_database(backend, work)
 
 
 def _present(backend: Backend, full_keys: list[str]) -> set[str]:
@@ -48,7 +35,7 @@ def _present(backend: Backend, full_keys: list[str]) -> set[str]:
             return set((await conn.execute(select(api_keys.c.access_key_id)
                                            .where(api_keys.c.access_key_id.in_(ids)))).scalars())
 
-    found = _on_db(backend, work)
+    found = on_database(backend, work)
     return {k for k in full_keys if k.split(":")[0] in found}
 
 

@@ -7,7 +7,6 @@ seeded in the real database; nothing of inferd is mocked."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -17,25 +16,13 @@ import openai
 import pytest
 from sqlalchemy import func, select, update
 
-from inferd.store.db import create_engine, migrate, utcnow
+from inferd.store.db import utcnow
 from inferd.store.responses import CHAIN_LIMIT, RETENTION, ResponseRepository, StoredResponse
 from inferd.store.tables import responses
 from tests.fakes.upstream import REPLY_WORDS
-from tests.harness import Backend, Server, Upstream, auth
+from tests.harness import Backend, on_database, Server, Upstream, auth
 
 REPLY = " ".join(REPLY_WORDS)
-
-
-def _on_db(backend: Backend, work: Any) -> Any:
-    async def go() -> Any:
-        engine = create_engine(backend.database_url)
-        try:
-            await migrate(engine)
-            return await work(engine)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
 
 
 def _rows(backend: Backend, ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -46,7 +33,7 @@ def _rows(backend: Backend, ids: list[str]) -> dict[str, dict[str, Any]]:
             found = await conn.execute(select(responses, size).where(responses.c.id.in_(ids)))
             return {row["id"]: dict(row) for row in found.mappings()}
 
-    return dict(_on_db(backend, work))
+    return dict(on_database(backend, work))
 
 
 def _turns(*texts: str) -> list[dict[str, Any]]:
@@ -100,7 +87,7 @@ def test_a_row_stored_whole_before_the_chain_still_continues(client: openai.Open
         await store.save(StoredResponse(old_id, resp_key.split(":")[0], whole, response))
         await store.close()
 
-    _on_db(resp_server.backend, seed)
+    on_database(resp_server.backend, seed)
     assert client.responses.retrieve(old_id).output_text == "Old reply"
     third = client.responses.create(model="mock-chat", input="Third", previous_response_id=old_id)
     fourth = client.responses.create(model="mock-chat", input="Fourth", previous_response_id=third.id)
@@ -149,7 +136,7 @@ def test_every_link_of_the_chain_must_be_the_keys_own(client: openai.OpenAI, res
         async with engine.begin() as conn:
             await conn.execute(update(responses).where(responses.c.id == first.id).values(key_id=stranger))
 
-    _on_db(resp_server.backend, hand_over)
+    on_database(resp_server.backend, hand_over)
     assert client.responses.retrieve(second.id).id == second.id  # the response itself is still the key's
     with pytest.raises(openai.NotFoundError) as caught:
         client.responses.create(model="mock-chat", input="Three", previous_response_id=second.id)
@@ -177,7 +164,7 @@ def test_a_chain_at_the_limit_is_stored_whole(client: openai.OpenAI, resp_server
                                             reply(f"a{n}", response_id), ids[n - 1] if n else None))
         await store.close()
 
-    _on_db(resp_server.backend, seed)
+    on_database(resp_server.backend, seed)
     earlier: list[dict[str, Any]] = []
     for n in range(CHAIN_LIMIT):
         earlier += [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
@@ -218,4 +205,4 @@ def test_retention_keeps_an_expired_turn_while_a_younger_one_continues_it(backen
         assert await store.delete_older(utcnow() - RETENTION) == 3  # the newest first, then the rest
         assert await store.chain(c, key_id) == []
 
-    _on_db(backend, work)
+    on_database(backend, work)
