@@ -52,6 +52,7 @@ def test_budget_spent_on_one_server_is_refused_on_the_other(pair: list[Server]) 
     key = a.create_key(budget_usd=one * 2.5)
 
     assert chat(b, key) == 200  # B has read the key's spend (0) and added its own call: one
+    assert len(b.usage_rows(key)) == 1  # B's row is folded into the database: committed spend A can read
     assert [chat(a, key), chat(a, key)] == [200, 200]  # A reads one, spends two more: three
     assert chat(a, key) == 402
     time.sleep(STALE_SECONDS + 0.2)
