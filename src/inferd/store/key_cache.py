@@ -60,6 +60,11 @@ class KeyCache:
             await asyncio.shield(self._connecting)
         return self._generation
 
+    @property
+    def invalidations(self) -> int:
+        """How many invalidations (or listener losses) this cache has seen: changes whenever it drops."""
+        return self._generation
+
     def __len__(self) -> int:
         """How many records are held (expired ones not yet dropped included)."""
         return len(self._records)

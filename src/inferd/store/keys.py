@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
@@ -114,6 +116,7 @@ class KeyRepository:
         self._sql_lookup = text(_LOOKUP.format(param=":access_key_id"))
         self._hot_keys: dict[str, KeyRecord] = {}
         self._hot_version = -1
+        self._reading: dict[tuple[str, int], asyncio.Future[KeyRecord | None]] = {}  # PostgreSQL reads under way
 
     async def lookup(self, access_key_id: str) -> KeyRecord | None:
         """The key with this access key id, or None."""
@@ -141,7 +144,21 @@ class KeyRepository:
             cached = cache.get(access_key_id)
             if cached is not None:
                 return cached
-            generation = await cache.generation()
+            # A burst on a key not cached yet (a new key, or after a revocation dropped the cache)
+            # reads it once, not once per call: each read holds a pooled connection, and forty at
+            # once ran the database out of connections.
+            # A read that began before a revocation arrived is not joined: it may return the old row.
+            slot = (access_key_id, cache.invalidations)
+            reading = self._reading.get(slot)
+            if reading is None:
+                reading = self._reading[slot] = asyncio.ensure_future(self._read(access_key_id, cache))
+                reading.add_done_callback(lambda _: self._reading.pop(slot, None))
+            return await asyncio.shield(reading)
+        return await self._read(access_key_id, None)
+
+    async def _read(self, access_key_id: str, cache: KeyCache | None) -> KeyRecord | None:
+        """Read one key from the database (and cache it, unless a revocation arrived meanwhile)."""
+        generation = await cache.generation() if cache is not None else 0
         async with self._engine.connect() as conn:
             row = (await conn.execute(self._sql_lookup, {"access_key_id": access_key_id})).first()
         record = _record(tuple(row)) if row else None
