@@ -30,7 +30,7 @@ from inferd.metering_journal_pg import settle_database
 from inferd.store.db import create_engine, migrate
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
-from inferd.store.tables import api_keys, key_spend, usage_rows
+from inferd.store.tables import api_keys, spend, usage_rows
 from inferd.store.usage_journal import settle_path
 from inferd.store.users import UserRepository
 
@@ -391,14 +391,14 @@ class Server:
         return list(_run(self._with_db(work)))
 
     def spend(self, full_key: str) -> float:
-        """The key's spend in the rollup table (all months)."""
+        """The key's spend in the spend table (all days)."""
         key_id = full_key.split(":")[0]
 
         async def work(engine: Any) -> float:
             await self._settled(engine)
             async with engine.connect() as conn:
-                values = (await conn.execute(select(key_spend.c.spend_usd).where(key_spend.c.key_id == key_id))
-                          ).scalars().all()
+                values = (await conn.execute(select(spend.c.spend_usd).where(
+                    spend.c.scope == "key", spend.c.owner == key_id))).scalars().all()
                 return float(sum(values))
 
         return float(_run(self._with_db(work)))

@@ -140,10 +140,10 @@ async def build_services(settings: Settings) -> Services:
     hot = HotSqlite(db.url.database) if db.dialect.name == "sqlite" and db.url.database else None
     writer: UsageRecorder | None = None
 
-    async def loader(key_id: str, month: str) -> float:  # rows still in a journal count: settled first
+    async def loader(scope: str, owner: str, since: str | None) -> float:  # rows still in a journal count
         if writer is not None:
             await writer.settle()
-        return await load_spend(db, key_id, month, hot)
+        return await load_spend(db, scope, owner, since, hot)
 
     if settings.redis_url:
         redis = connect_redis(settings.redis_url)
@@ -162,7 +162,7 @@ async def build_services(settings: Settings) -> Services:
     writer.start()
     keys = KeyRepository(db, hot=hot, pg_cache=True)
     catalogue = ModelCatalogue(config.models, registry)
-    stage = CallStage(catalogue, writer, metrics)
+    stage = CallStage(catalogue, writer, metrics, limits.count_tokens)
     health = HealthProber(catalogue)
     health.start()
     users = UserRepository(db)

@@ -137,11 +137,12 @@ class ModelCatalogue:
 
     @staticmethod
     def allowed(key: KeyRecord, model: Model) -> bool:
-        """Whether the key's org may use the model (its allow-list names the id or an alias)."""
-        if key.allowed_models is None:
-            return True
-        names = (model.config.id, *model.config.aliases)
-        return any(name in key.allowed_models for name in names)
+        """Whether the key may use the model: every allow-list it falls under (its org's, its
+        team's, its own) names the id or an alias."""
+        for allowed in (key.allowed_models, key.team_models, key.key_models):
+            if allowed is not None and not any(name in allowed for name in (model.config.id, *model.config.aliases)):
+                return False
+        return True
 
     def resolve(self, name: str, key: KeyRecord) -> Model:
         """The model for an id or alias: 404 unknown, 403 not allowed, 503 in maintenance."""
@@ -149,7 +150,8 @@ class ModelCatalogue:
         if model is None:
             raise NotFound(f"Model '{name}' does not exist", code="model_not_found", param="model")
         if not self.allowed(key, model):
-            raise PermissionDenied(f"Model '{name}' is not in your organisation's allowed models",
+            raise PermissionDenied(f"Model '{name}' is not in the models allowed to this key (its org's, "
+                                   "its team's or its own allow-list)",
                                    code="model_not_allowed", param="model")
         if model.config.maintenance:
             raise ServiceUnavailable(f"Model '{model.id}' is down for maintenance", code="model_maintenance")

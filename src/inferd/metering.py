@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.config import Cost, ModelConfig
@@ -26,7 +26,7 @@ from inferd.observe.metrics import Metrics
 from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.keys import KeyRecord
-from inferd.store.tables import key_spend
+from inferd.store.tables import spend
 from inferd.store.usage_write import Amounts, UsageWrites, spend_amounts
 
 log = logging.getLogger("inferd.metering")
@@ -104,7 +104,7 @@ def usage_for(key: KeyRecord, config: ModelConfig, workspace: str, status: int, 
               price_factor: float = 1.0, cost_usd: float | None = None) -> Usage:
     """The usage of one call of `key` on the deployment `config`, priced from the catalogue
     (per token, unless `cost_usd` gives the price, as images do per generation)."""
-    return Usage(org=key.org_slug, deployment=config.deployment_name, key_id=key.charged_key_id,
+    return Usage(org=key.org_slug, team_id=key.team_id, deployment=config.deployment_name, key_id=key.charged_key_id,
                  user_id=str(key.user_id) if key.user_id is not None else None, model=config.id,
                  workspace=workspace, prompt_tokens=prompt, completion_tokens=completion,
                  cached_prompt_tokens=cached if config.prefix_cache else 0,
@@ -233,24 +233,27 @@ class UsageWriter:
         await self._sink.close()
 
 
-_SQLITE_SPEND = "SELECT spend_usd FROM key_spend WHERE key_id = ? AND month = ?"
+_SQLITE_SPEND = "SELECT COALESCE(SUM(spend_usd), 0.0) FROM spend WHERE scope = ? AND owner = ? AND day >= ?"
 
 
-async def load_spend(engine: AsyncEngine, key_id: str, month: str, hot: HotSqlite | None = None) -> float:
-    """A key's committed spend for a month, from the rollup table (every process's commits).
+async def load_spend(engine: AsyncEngine, scope: str, owner: str, since: str | None,
+                     hot: HotSqlite | None = None) -> float:
+    """What one owner (`scope` key, team or org) has committed since the day `since` (YYYY-MM-DD;
+    None: ever), summed from its days (every process's commits).
 
-    The spend counters re-read this once a second per key on the request path, so on SQLite it
-    reads through the hot connection: a unique-index read in WAL mode takes microseconds and
+    The spend counters re-read this once a second per budget on the request path, so on SQLite it
+    reads through the hot connection: a primary-key range read in WAL mode takes microseconds and
     never waits on writers (a busy database falls back to the async engine, which may wait).
     Rows still in a journal count (their replies have left): the caller settles them first."""
+    first = since or ""
     if hot is not None:
         try:
-            row = hot.conn.execute(_SQLITE_SPEND, (key_id, month)).fetchone()
-            return float(row[0]) if row else 0.0
+            row = hot.conn.execute(_SQLITE_SPEND, (scope, owner, first)).fetchone()
+            return float(row[0] or 0.0)
         except sqlite3.OperationalError as exc:
             if not is_busy(exc):
                 raise
     async with engine.connect() as conn:
-        value = (await conn.execute(select(key_spend.c.spend_usd).where(
-            key_spend.c.key_id == key_id, key_spend.c.month == month))).scalar()
+        value = (await conn.execute(select(func.sum(spend.c.spend_usd)).where(
+            spend.c.scope == scope, spend.c.owner == owner, spend.c.day >= first))).scalar()
     return float(value or 0.0)

@@ -49,9 +49,12 @@ def _stored(path: str) -> list[tuple[str, str, float]]:
 
 
 def _spend(path: str) -> dict[tuple[str, str], float]:
+    """Each key's spend by month, summed from its days."""
     conn = _connect(path)
     try:
-        return {(k, m): s for k, m, s in conn.execute("SELECT key_id, month, spend_usd FROM key_spend")}
+        return {(k, m): s for k, m, s in conn.execute(
+            "SELECT owner, substr(day, 1, 7), SUM(spend_usd) FROM spend WHERE scope = 'key' "
+            "GROUP BY owner, substr(day, 1, 7)")}
     finally:
         conn.close()
 

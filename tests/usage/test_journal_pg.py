@@ -69,7 +69,7 @@ def _stored(dsn: str, *keys: str) -> dict[str, int]:
 
 def _spend(dsn: str, key: str) -> float:
     async def work(conn: asyncpg.Connection) -> float:
-        return float(await conn.fetchval("SELECT coalesce(sum(spend_usd), 0) FROM key_spend WHERE key_id = $1",
+        return float(await conn.fetchval("SELECT coalesce(sum(spend_usd), 0) FROM spend WHERE scope = 'key' AND owner = $1",
                                          key.split(":")[0]))
 
     return _run(dsn, work)  # type: ignore[no-any-return]

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from inferd.metering import usage_sink
 from inferd.store.db import create_engine, migrate, pg_dsn
-from inferd.store.tables import key_spend, usage_rollup, usage_rows
+from inferd.store.tables import spend as spend_days, usage_rollup, usage_rows
 from inferd.store.usage_write import PG_JOURNAL_FOLD, pg_usage_arguments, spend_amounts
 from tests.harness import Backend
 from tests.usage.conftest import usage_row
@@ -38,7 +38,8 @@ def test_one_commit_writes_rows_rollup_and_spend(backend: Backend) -> None:
                 stored = (await conn.execute(select(usage_rows).where(usage_rows.c.key_id.in_(ids)))).mappings().all()
                 rollup = (await conn.execute(select(usage_rollup).where(usage_rollup.c.key_id.in_(ids)))
                           ).mappings().all()
-                spend = (await conn.execute(select(key_spend).where(key_spend.c.key_id.in_(ids)))).mappings().all()
+                spend = (await conn.execute(select(spend_days).where(spend_days.c.scope == "key",
+                                                                     spend_days.c.owner.in_(ids)))).mappings().all()
             return list(stored), list(rollup), list(spend)
         finally:
             await sink.close()
@@ -48,8 +49,8 @@ def test_one_commit_writes_rows_rollup_and_spend(backend: Backend) -> None:
     assert len(stored) == 5
     assert sorted((r["key_id"], r["created_at"], r["cost_usd"], r["user_id"]) for r in stored) == sorted(
         (r["key_id"], r["created_at"], r["cost_usd"], r["user_id"]) for r in rows + rows[:1])
-    assert {(s["key_id"], s["month"]): s["spend_usd"] for s in spend} == {
-        (ids[0], "2026-03"): 2.0, (ids[1], "2026-04"): 2.0}
+    assert {(s["owner"], s["day"]): s["spend_usd"] for s in spend} == {  # per key and day
+        (ids[0], "2026-03-01"): 2.0, (ids[1], "2026-04-02"): 2.0}
     by_slot = {(r["key_id"], r["span"], r["period"], r["metadata"]): r for r in rollup}
     tagged = by_slot[(ids[0], "hour", "2026-03-01T10", '{"team":"a"}')]
     assert (tagged["requests"], tagged["cost_usd"], tagged["prompt_tokens"]) == (3, 1.0, 30)
@@ -94,11 +95,12 @@ def test_a_journal_fold_writes_what_the_group_commit_writes(backend: Backend) ->
                     stored = (await conn.execute(select(usage_rows).where(usage_rows.c.key_id == key_id))).mappings()
                     rollup = (await conn.execute(select(usage_rollup).where(usage_rollup.c.key_id == key_id))
                               ).mappings()
-                    spend = (await conn.execute(select(key_spend).where(key_spend.c.key_id == key_id))).mappings()
+                    spend = (await conn.execute(select(spend_days).where(spend_days.c.scope == "key",
+                                                                         spend_days.c.owner == key_id))).mappings()
                     found[key] = (sorted((tuple(v for k, v in r.items() if k not in ("id", "key_id")) for r in stored),
                                          key=repr),
                                   sorted((tuple(v for k, v in r.items() if k != "key_id") for r in rollup), key=repr),
-                                  sorted((s["month"], s["spend_usd"]) for s in spend))
+                                  sorted((s["day"], s["spend_usd"]) for s in spend))
             return found
         finally:
             await raw.close()
@@ -109,4 +111,4 @@ def test_a_journal_fold_writes_what_the_group_commit_writes(backend: Backend) ->
     assert found[committed] == found[folded]
     stored, rollup, spend = found[folded]
     assert len(stored) == 4 and len(rollup) == 9  # an hour, a day and a month for each of 3 dims
-    assert spend == [("2026-03", 0.75), ("2026-04", 1.5)]  # the zero-cost row adds no spend row
+    assert spend == [("2026-03-01", 0.75), ("2026-04-01", 1.5)]  # the zero-cost row adds no spend row

@@ -95,10 +95,12 @@ def failover_reason(exc: InferdError) -> str | None:
 class CallStage:
     """Routes, fails over and meters engine calls."""
 
-    def __init__(self, catalogue: ModelCatalogue, writer: UsageRecorder, metrics: Metrics) -> None:
+    def __init__(self, catalogue: ModelCatalogue, writer: UsageRecorder, metrics: Metrics,
+                 count_tokens: Callable[[KeyRecord, int], Awaitable[None]] | None = None) -> None:
         self._catalogue = catalogue
         self._writer = writer
         self.metrics = metrics
+        self._count_tokens = count_tokens  # the limits' tokens-per-minute windows
 
     def fallbacks(self, model: Model, key: KeyRecord, capability: type[Engine]) -> list[Model]:
         """The model's fallbacks the key may use now that can serve the same capability, in order."""
@@ -170,6 +172,7 @@ class CallStage:
             _noted(usage)
             if record:
                 await self._writer.record(usage)
+            await self.tokens_used(billing.key, usage)
             return Metered(answer.value, usage, answering, deployment)
         finally:
             self._writer.active -= 1
@@ -195,9 +198,15 @@ class CallStage:
         if record:
             await self._writer.record(usage)
 
-    async def record(self, usage: Usage) -> None:
+    async def record(self, usage: Usage, key: KeyRecord) -> None:
         """Commit one usage row (a stream's, when it ends)."""
         await self._writer.record(usage)
+        await self.tokens_used(key, usage)
+
+    async def tokens_used(self, key: KeyRecord, usage: Usage) -> None:
+        """A call's tokens count in the tokens-per-minute windows of its key and team."""
+        if key.windows and self._count_tokens is not None:
+            await self._count_tokens(key, usage.prompt_tokens + usage.completion_tokens)
 
     def metered_calls_left(self) -> None:
         """A stream that was counted as under way (for the writer's group commit) ended."""
@@ -281,7 +290,7 @@ class StreamLease:
                           price_factor=self._billing.price_factor)
         _noted(usage)
         try:
-            await self._stage.record(usage)
+            await self._stage.record(usage, self._billing.key)
         finally:
             self._leave()
         return usage

@@ -1,40 +1,20 @@
-"""The two limit interfaces and the gate that applies them in corridor order."""
+"""The two limit interfaces (windows, spend) and the gate that applies them in corridor order."""
 
 from __future__ import annotations
 
 import math
-import time
-from datetime import datetime, timezone
-from typing import Awaitable, Callable, Protocol
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Protocol, Sequence
 
 from inferd.errors import BudgetExceeded, RateLimited
+from inferd.observe.requests import current
+from inferd.store.key_limits import Budget, Window
 from inferd.store.keys import KeyRecord
+from inferd.store.usage_write import Amounts
 
 WINDOW_SECONDS = 60.0
 
-SpendLoader = Callable[[str, str], Awaitable[float]]  # (key id, YYYY-MM) -> spend from the database
-
-
-class _MonthClock:
-    """The current UTC month as YYYY-MM, recomputed only when a month boundary passes
-    (every metered request asks, and formatting dates is not free)."""
-
-    def __init__(self) -> None:
-        self._label = ""
-        self._until = 0.0
-
-    def __call__(self) -> str:
-        now = time.time()
-        if now >= self._until:
-            today = datetime.fromtimestamp(now, timezone.utc)
-            self._label = f"{today.year:04d}-{today.month:02d}"
-            first_of_next = datetime(today.year + today.month // 12, today.month % 12 + 1, 1, tzinfo=timezone.utc)
-            self._until = first_of_next.timestamp()
-        return self._label
-
-
-current_month = _MonthClock()
-current_month.__doc__ = "The budget period: the UTC calendar month, as YYYY-MM."
+SpendLoader = Callable[[str, str, "str | None"], Awaitable[float]]  # (scope, owner, since day) -> USD
 
 
 def window_wait(held: int, units: int, limit: int, nth_oldest: Callable[[int], float], now: float,
@@ -50,31 +30,91 @@ def window_wait(held: int, units: int, limit: int, nth_oldest: Callable[[int], f
     return max(1, math.ceil(nth_oldest(excess - 1) + window - now))
 
 
-class RateLimiter(Protocol):
-    """A sliding-window counter of requests per window id (a key's `rate_window`)."""
+@dataclass(frozen=True)
+class RateState:
+    """The tightest window a call counted in, for OpenAI's `x-ratelimit-*` headers: per kind, the
+    limit, what is left of it and seconds until the oldest counted call leaves the window (None
+    where no window of that kind applies)."""
 
-    async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
-        """Count `units` requests; None when admitted, else whole seconds until enough slots free."""
+    requests: tuple[int, int, float] | None
+    tokens: tuple[int, int, float] | None
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The response headers."""
+        out = []
+        for kind, state in (("requests", self.requests), ("tokens", self.tokens)):
+            if state is not None:
+                limit, remaining, reset = state
+                out += [(b"x-ratelimit-limit-" + kind.encode(), str(limit).encode()),
+                        (b"x-ratelimit-remaining-" + kind.encode(), str(max(0, remaining)).encode()),
+                        (b"x-ratelimit-reset-" + kind.encode(), duration(reset).encode())]
+        return out
+
+
+def duration(seconds: float) -> str:
+    """OpenAI's form of a reset time: `0s`, `17s`, `6m0s`, `1h2m3s` (whole seconds, rounded up)."""
+    whole = max(0, math.ceil(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def tokens_wait(held: "Sequence[tuple[float, int]]", total: int, limit: int, now: float, window: float) -> int | None:
+    """A token window's verdict: None when the `total` tokens of the last `window` seconds (`held`:
+    (time, tokens), oldest first) are under `limit`, else whole seconds until enough leave it."""
+    if total < limit:
+        return None
+    for at, tokens in held:
+        total -= tokens
+        if total < limit:
+            return max(1, math.ceil(at + window - now))
+    return math.ceil(window)
+
+
+def tightest(states: list[tuple[int, int, float]]) -> tuple[int, int, float] | None:
+    """The state with the least left (the window a client must pace itself by)."""
+    return min(states, key=lambda state: state[1]) if states else None
+
+
+class RateLimiter(Protocol):
+    """Sliding windows of requests and tokens per minute, by window id."""
+
+    async def admit(self, windows: Sequence[Window], units: int = 1) -> tuple[int | None, RateState]:
+        """Check every window's rpm and tpm and count `units` requests in all of them, or in none:
+        (None, state) when admitted, else (whole seconds until all would admit, state)."""
+
+    async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
+        """Add a finished call's tokens to the windows with a tpm."""
 
     async def close(self) -> None:
         """Release connections."""
 
 
 class SpendCounter(Protocol):
-    """This month's spend per charged key."""
+    """The spend of each budget's owner in the period under way."""
 
-    async def current(self, key: str) -> float:
-        """Spend so far this month (USD)."""
+    async def current(self, budget: Budget) -> float:
+        """Spend so far in the budget's period (USD)."""
 
-    async def add(self, amounts: dict[tuple[str, str], float]) -> None:
-        """Add committed costs, keyed by (key id, month)."""
+    async def add(self, amounts: Amounts) -> None:
+        """Add committed costs, keyed by (scope, owner, day)."""
 
     async def close(self) -> None:
         """Release connections."""
 
 
+def budget_message(budget: Budget) -> str:
+    """What a 402 says: which budget, of whom, over which period."""
+    period = {"day": "Daily", "week": "Weekly", "month": "Monthly", "total": "Total"}[budget.period]
+    return f"{period} budget of {budget.usd} USD reached for {budget.scope} {budget.name}"
+
+
 class Limits:
-    """Requests per minute first (429), then the monthly budget on metered calls (402)."""
+    """The windows first (429), then the budgets on metered calls (402)."""
 
     def __init__(self, rate: RateLimiter, spend: SpendCounter) -> None:
         self.rate = rate
@@ -82,15 +122,27 @@ class Limits:
 
     async def admit(self, key: KeyRecord, metered: bool, units: int = 1) -> None:
         """Raise RateLimited or BudgetExceeded, or return when the call may go on. A call that
-        counts as several requests (an image request's `n`) takes `units` slots of the window
-        (the key's `rate_window`: all user keys of one user from one parent share one)."""
-        if key.rpm is not None:
-            retry_after = await self.rate.hit(key.rate_window, key.rpm, units)
-            if retry_after is not None:
-                raise RateLimited(retry_after)
-        if metered and key.budget_usd is not None:
-            if await self.spend.current(key.charged_key_id) >= key.budget_usd:
-                raise BudgetExceeded(f"Monthly budget of {key.budget_usd} USD reached for key {key.charged_key_id}")
+        counts as several requests (an image request's `n`) takes `units` slots of each window
+        (the key's `rate_window`: all user keys of one user from one parent share one). The
+        windows' state goes on the request's note, for the `x-ratelimit-*` headers."""
+        if key.windows:
+            wait, state = await self.rate.admit(key.windows, units)
+            note = current.get()
+            if note is not None:
+                note.rate = state
+            if wait is not None:
+                raise RateLimited(wait)
+        if metered:
+            for budget in key.budgets:
+                if await self.spend.current(budget) >= budget.usd:
+                    raise BudgetExceeded(budget_message(budget))
+
+    async def count_tokens(self, key: KeyRecord, tokens: int) -> None:
+        """A call of `key` used `tokens` (prompt and completion): they count in its tpm windows."""
+        if tokens > 0 and key.windows:
+            windows = [window for window in key.windows if window.tpm is not None]
+            if windows:
+                await self.rate.count_tokens(windows, tokens)
 
     async def close(self) -> None:
         """Release connections."""

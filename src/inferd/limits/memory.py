@@ -1,5 +1,5 @@
-"""Limits without Redis: a deque of timestamps per rate window, and each key's spend re-read
-from the database at most once a second."""
+"""Limits without Redis: deques of timestamps (and tokens) per window, and each budget's spend
+re-read from the database at most once a second."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import logging
 import time
 from collections import deque
 
-from inferd.limits.base import WINDOW_SECONDS, SpendLoader, current_month, window_wait
+from typing import Sequence
+
+from inferd.limits.base import WINDOW_SECONDS, RateState, SpendLoader, tightest, tokens_wait, window_wait
+from inferd.limits.periods import current_label, day_labels, since_label
+from inferd.store.key_limits import Budget, Window
+from inferd.store.usage_write import Amounts
 
 log = logging.getLogger("inferd.limits")
 
@@ -23,52 +28,113 @@ SWEEP_AFTER_NEW_WINDOWS = 1024
 
 
 class MemoryRateLimiter:
-    """Exact sliding window: a request is admitted while fewer than `limit` fall in the last minute.
+    """Exact sliding windows: a request is admitted while fewer than `rpm` requests, and fewer than
+    `tpm` tokens, of each window it counts in fall in the last minute.
 
-    A window whose newest hit has left it is the same as none, so the sweep drops them: the map holds
-    the keys of the last minute (and those opened since the last sweep), not every key ever seen."""
+    A window whose newest entry has left it is the same as none, so the sweep drops them: the maps
+    hold the windows of the last minute (and those opened since the last sweep), not every key ever seen."""
 
     def __init__(self, window: float = WINDOW_SECONDS, sweep_after: int = SWEEP_AFTER_NEW_WINDOWS) -> None:
         self._window = window
         self._hits: dict[str, deque[float]] = {}
+        self._tokens: dict[str, deque[tuple[float, int]]] = {}
+        self._token_sums: dict[str, int] = {}
         self._sweep_after = sweep_after
         self._opened = 0  # windows opened since the last sweep
         self._next_sweep = sweep_after
 
     def __len__(self) -> int:
         """How many windows are held."""
-        return len(self._hits)
+        return len(self._hits) + len(self._tokens)
 
     def _sweep(self, now: float) -> None:
-        """Drop every window with no hit in the last `window` seconds."""
+        """Drop every window with nothing in the last `window` seconds."""
         cutoff = now - self._window
         self._hits = {key: hits for key, hits in self._hits.items() if hits and hits[-1] > cutoff}
+        self._tokens = {key: held for key, held in self._tokens.items() if held and held[-1][0] > cutoff}
+        self._token_sums = {key: self._token_sums[key] for key in self._tokens}
         self._opened = 0
-        self._next_sweep = max(self._sweep_after, len(self._hits))
+        self._next_sweep = max(self._sweep_after, len(self._hits) + len(self._tokens))
 
-    async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
-        """Count `units` requests; None when admitted, else seconds until enough slots free."""
-        now = time.monotonic()
+    def _opening(self, now: float) -> None:
+        self._opened += 1
+        if self._opened >= self._next_sweep:
+            self._sweep(now)
+
+    def _requests(self, key: str, now: float) -> deque[float]:
         hits = self._hits.get(key)
         if hits is None:
-            self._opened += 1
-            if self._opened >= self._next_sweep:
-                self._sweep(now)
+            self._opening(now)
             hits = self._hits[key] = deque()
         cutoff = now - self._window
         while hits and hits[0] <= cutoff:
             hits.popleft()
+        return hits
+
+    def _held_tokens(self, key: str, now: float) -> deque[tuple[float, int]]:
+        held = self._tokens.get(key)
+        if held is None:
+            self._opening(now)
+            held = self._tokens[key] = deque()
+            self._token_sums[key] = 0
+        cutoff = now - self._window
+        while held and held[0][0] <= cutoff:
+            self._token_sums[key] -= held.popleft()[1]
+        return held
+
+    async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
+        """Count `units` requests in one window; None when admitted, else seconds until enough slots free."""
+        now = time.monotonic()
+        hits = self._requests(key, now)
         wait = window_wait(len(hits), units, limit, hits.__getitem__, now, self._window)
         if wait is None:
             hits.extend([now] * units)
         return wait
+
+    async def admit(self, windows: Sequence[Window], units: int = 1) -> tuple[int | None, RateState]:
+        """Check every window; count the call in all of them only when all admit it."""
+        now = time.monotonic()
+        window = self._window
+        waits = []
+        requests = []
+        for spec in windows:
+            if spec.rpm is not None:
+                hits = self._requests(spec.name, now)
+                wait = window_wait(len(hits), units, spec.rpm, hits.__getitem__, now, window)
+                if wait is not None:
+                    waits.append(wait)
+                requests.append((spec.rpm, hits))
+        tokens = []
+        for spec in windows:
+            if spec.tpm is not None:
+                held = self._held_tokens(spec.name, now)
+                total = self._token_sums[spec.name]
+                wait = tokens_wait(held, total, spec.tpm, now, window)
+                if wait is not None:
+                    waits.append(wait)
+                tokens.append((spec.tpm, spec.tpm - total,
+                               held[0][0] + window - now if held else 0.0))
+        admitted = not waits
+        if admitted:
+            for _, hits in requests:
+                hits.extend([now] * units)
+        state = RateState(tightest([(limit, limit - len(hits), hits[0] + window - now if hits else 0.0)
+                                    for limit, hits in requests]), tightest(tokens))
+        return (None if admitted else max(waits)), state
+
+    async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
+        """Add a finished call's tokens to each window."""
+        now = time.monotonic()
+        for spec in windows:
+            self._held_tokens(spec.name, now).append((now, tokens))
+            self._token_sums[spec.name] += tokens
 
     async def close(self) -> None:
         """Nothing to release."""
 
 
 class _Spend:
-    """One key's month as this process sees it."""
+    """One owner's period as this process sees it."""
 
     __slots__ = ("usd", "added", "fresh_until")
 
@@ -79,36 +145,38 @@ class _Spend:
 
 
 class MemorySpendCounter:
-    """Committed spend per key and month: read from the database (where every process's commits
+    """Committed spend per owner and period: read from the database (where every process's commits
     land), plus what this process committed since the read, re-read once the read is older than
     `max_age` seconds.
 
-    The hot path is a dict lookup and one monotonic-clock comparison; the re-read happens at most
-    once per `max_age` per key (on SQLite a synchronous primary-key read, on PostgreSQL one query),
-    and calls arriving while it runs use the value it replaces. So spend another process committed
-    counts here within `max_age`, and a budget is overshot by at most what all processes admitted
-    in that time on top of the calls in flight.
+    The hot path is a dict lookup and one monotonic-clock comparison per budget; the re-read happens
+    at most once per `max_age` per budget (on SQLite a synchronous index read, on PostgreSQL one
+    query), and calls arriving while it runs use the value it replaces. So spend another process
+    committed counts here within `max_age`, and a budget is overshot by at most what all processes
+    admitted in that time on top of the calls in flight.
     """
 
     def __init__(self, loader: SpendLoader, max_age: float = SPEND_MAX_AGE_SECONDS) -> None:
         self._load = loader
         self._max_age = max_age
-        self._spend: dict[tuple[str, str], _Spend] = {}
-        self._month = ""
+        self._spend: dict[tuple[str, str, str], _Spend] = {}
+        self._day = ""
 
-    async def current(self, key: str) -> float:
-        """Spend so far this month."""
-        slot = (key, current_month())
+    async def current(self, budget: Budget) -> float:
+        """Spend so far in the budget's period."""
+        slot = (budget.scope, budget.owner, current_label(budget.period))
         entry = self._spend.get(slot)
         if entry is not None and time.monotonic() < entry.fresh_until:
             return entry.usd
         return await self._read(slot, entry)
 
-    async def _read(self, slot: tuple[str, str], entry: _Spend | None) -> float:
+    async def _read(self, slot: tuple[str, str, str], entry: _Spend | None) -> float:
         if entry is None:
-            if slot[1] != self._month:  # a new month: last month's entries are never asked again
-                self._spend = {s: e for s, e in self._spend.items() if s[1] == slot[1]}
-                self._month = slot[1]
+            day = current_label("day")
+            if day != self._day:  # a new day: periods that ended are never asked again
+                live = {current_label(period) for period in ("day", "week", "month", "total")}
+                self._spend = {s: e for s, e in self._spend.items() if s[2] in live}
+                self._day = day
             entry = self._spend[slot] = _Spend()
         started = time.monotonic()
         loaded_before = entry.fresh_until > 0.0
@@ -117,11 +185,11 @@ class MemorySpendCounter:
             entry.fresh_until = started + self._max_age
         mark = entry.added
         try:
-            committed = await self._load(*slot)
+            committed = await self._load(slot[0], slot[1], since_label(slot[2]))
         except Exception as exc:
             if not loaded_before:
                 raise  # nothing to answer with
-            log.warning("re-reading the spend of %s failed, keeping the last value read: %s", slot[0], exc)
+            log.warning("re-reading the spend of %s %s failed, keeping the last value read: %s", slot[0], slot[1], exc)
             return entry.usd
         # The read holds every commit before it began; add ours that came after. A commit of ours
         # that raced the read may count twice, until the next read (never less than committed).
@@ -129,13 +197,14 @@ class MemorySpendCounter:
         entry.fresh_until = max(entry.fresh_until, started + self._max_age)
         return entry.usd
 
-    async def add(self, amounts: dict[tuple[str, str], float]) -> None:
-        """Add this process's committed costs to the keys it has seen (others are read when first asked)."""
-        for slot, cost in amounts.items():
-            entry = self._spend.get(slot)
-            if entry is not None:
-                entry.usd += cost
-                entry.added += cost
+    async def add(self, amounts: Amounts) -> None:
+        """Add this process's committed costs to the periods it has seen (others are read when first asked)."""
+        for (scope, owner, day), cost in amounts.items():
+            for period_label in day_labels(day):
+                entry = self._spend.get((scope, owner, period_label))
+                if entry is not None:
+                    entry.usd += cost
+                    entry.added += cost
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -8,9 +8,15 @@ import os
 from typing import Any
 
 from inferd.errors import BudgetExceeded, RateLimited
-from inferd.limits.base import WINDOW_SECONDS, Limits, SpendLoader, current_month
+from typing import Sequence
+
+from inferd.limits.base import WINDOW_SECONDS, Limits, RateState, SpendLoader, budget_message
+from inferd.limits.periods import current_label, day_labels, since_label
 from inferd.limits.resp import Client, Script
+from inferd.observe.requests import current
+from inferd.store.key_limits import Budget, Window
 from inferd.store.keys import KeyRecord
+from inferd.store.usage_write import Amounts
 
 # Add to spend counters that exist; a missing counter is loaded from the database on next read.
 _ADD_SCRIPT = """
@@ -22,54 +28,168 @@ end
 return 0
 """
 
-# Both checks of the corridor in one round trip: the sliding window over a sorted set of
-# admitted requests (when ARGV[2] > 0), scored by Redis's own clock in microseconds so replicas
-# with skewed clocks share one window; then this month's spend (when KEYS[2] is not empty).
-# Returns {wait_us or -1, spend or false}.
+# Every check of the corridor in one round trip. ARGV: window (us), a unique member, units, n, then
+# rpm and tpm of each of the n windows (0: none). KEYS: each window's request set (sorted by Redis's
+# own clock in microseconds, so replicas with skewed clocks share one window) and token hash (one
+# field per second of Redis's clock), then the spend counters of the call's budgets.
+# Every window is checked before any counts the call: a call one window refuses takes no slot of
+# another. Returns {wait_us or -1, requests limit, left, reset_us, tokens limit, left, reset_us,
+# spend...} for the tightest window of each kind (limit 0: none).
 _ADMIT_SCRIPT = """
-local limit = tonumber(ARGV[2])
-if limit > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local window = tonumber(ARGV[1])
-  local units = tonumber(ARGV[4])
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-  local n = redis.call('ZCARD', KEYS[1])
-  local excess = n + units - limit
-  if excess > 0 then
-    if excess > n then
-      return {window, false}
+local window = tonumber(ARGV[1])
+local units = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local second = tonumber(t[1])
+local window_s = math.floor(window / 1000000)
+local wait = -1
+local held = {}
+local tok = {0, 0, 0}
+for i = 1, n do
+  local rpm = tonumber(ARGV[3 + 2 * i])
+  local tpm = tonumber(ARGV[4 + 2 * i])
+  if rpm > 0 then
+    local key = KEYS[2 * i - 1]
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+    local count = redis.call('ZCARD', key)
+    held[i] = count
+    local excess = count + units - rpm
+    if excess > 0 then
+      local w = window
+      if excess <= count then
+        local oldest = redis.call('ZRANGE', key, excess - 1, excess - 1, 'WITHSCORES')
+        w = tonumber(oldest[2]) + window - now
+      end
+      if w > wait then wait = w end
     end
-    local oldest = redis.call('ZRANGE', KEYS[1], excess - 1, excess - 1, 'WITHSCORES')
-    return {tonumber(oldest[2]) + window - now, false}
   end
-  for i = 1, units do
-    redis.call('ZADD', KEYS[1], now, ARGV[3] .. ':' .. i)
+  if tpm > 0 then
+    local key = KEYS[2 * i]
+    local fields = redis.call('HGETALL', key)
+    local total = 0
+    local seconds = {}
+    local amounts = {}
+    for j = 1, #fields, 2 do
+      local s = tonumber(fields[j])
+      if s <= second - window_s then
+        redis.call('HDEL', key, fields[j])
+      else
+        total = total + tonumber(fields[j + 1])
+        seconds[#seconds + 1] = s
+        amounts[s] = tonumber(fields[j + 1])
+      end
+    end
+    table.sort(seconds)
+    local reset = 0
+    if #seconds > 0 then reset = (seconds[1] + window_s) * 1000000 - now end
+    if total >= tpm then
+      local left = total
+      local w = window
+      for _, s in ipairs(seconds) do
+        left = left - amounts[s]
+        if left < tpm then
+          w = (s + window_s) * 1000000 - now
+          break
+        end
+      end
+      if w > wait then wait = w end
+    end
+    if tok[1] == 0 or tpm - total < tok[2] then tok = {tpm, tpm - total, reset} end
   end
-  redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
 end
-if KEYS[2] ~= '' then
-  return {-1, redis.call('GET', KEYS[2])}
+local req = {0, 0, 0}
+for i = 1, n do
+  local rpm = tonumber(ARGV[3 + 2 * i])
+  if rpm > 0 then
+    local key = KEYS[2 * i - 1]
+    local count = held[i]
+    if wait < 0 then
+      for u = 1, units do
+        redis.call('ZADD', key, now, ARGV[2] .. ':' .. u)
+      end
+      redis.call('PEXPIRE', key, math.ceil(window / 1000))
+      count = count + units
+    end
+    if req[1] == 0 or rpm - count < req[2] then
+      local reset = 0
+      local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      if oldest[2] then reset = tonumber(oldest[2]) + window - now end
+      req = {rpm, rpm - count, reset}
+    end
+  end
 end
-return {-1, false}
+local reply = {wait, req[1], req[2], req[3], tok[1], tok[2], tok[3]}
+for i = 2 * n + 1, #KEYS do
+  reply[#reply + 1] = redis.call('GET', KEYS[i])
+end
+return reply
 """
 
-_SPEND_TTL_SECONDS = 40 * 86400
+# A finished call's tokens, in the current second's field of each window's hash (Redis's clock).
+_TOKENS_SCRIPT = """
+local t = redis.call('TIME')
+for _, key in ipairs(KEYS) do
+  redis.call('HINCRBY', key, t[1], ARGV[1])
+  redis.call('EXPIRE', key, ARGV[2])
+end
+return 0
+"""
+
+_TTL_OF_PERIOD = {"D": 3 * 86400, "W": 9 * 86400, "M": 40 * 86400, "T": 40 * 86400}
+
+
+def _seconds(us: Any) -> int:
+    return max(1, -(-int(us) // 1_000_000))
+
+
+def _state(reply: list[Any]) -> RateState:
+    requests = (int(reply[1]), int(reply[2]), int(reply[3]) / 1e6) if int(reply[1]) else None
+    tokens = (int(reply[4]), int(reply[5]), int(reply[6]) / 1e6) if int(reply[4]) else None
+    return RateState(requests, tokens)
 
 
 class RedisRateLimiter:
-    """Sliding-window requests per minute, exact across replicas."""
+    """Sliding windows of requests and tokens per minute, exact across replicas."""
 
     def __init__(self, redis: Client, prefix: str, window: float = WINDOW_SECONDS) -> None:
         self._redis = redis
-        self._prefix = prefix + "rpm:"
+        self._prefix = prefix
         self._window_us = int(window * 1_000_000)
+        self._window_s = max(1, int(window))
         self._script = Script(redis, _ADMIT_SCRIPT)
 
+    def names(self, windows: Sequence[Window]) -> list[str]:
+        """Each window's request set and token hash."""
+        prefix = self._prefix
+        names = []
+        for window in windows:
+            names += (prefix + "rpm:" + window.name, prefix + "tpm:" + window.name)
+        return names
+
+    @staticmethod
+    def arguments(windows: Sequence[Window], window_us: int, units: int) -> list[Any]:
+        """The admission script's arguments."""
+        args: list[Any] = [window_us, os.urandom(8).hex(), units, len(windows)]
+        for window in windows:
+            args += (window.rpm or 0, window.tpm or 0)
+        return args
+
     async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
-        """Count `units` requests; None when admitted, else seconds until enough slots free."""
-        wait_us, _ = await self._script([self._prefix + key, ""], [self._window_us, limit, os.urandom(8).hex(), units])
-        return None if int(wait_us) < 0 else max(1, -(-int(wait_us) // 1_000_000))
+        """Count `units` requests in one requests window; None when admitted, else seconds until enough free."""
+        wait, _ = await self.admit([Window("key", key, limit, None)], units)
+        return wait
+
+    async def admit(self, windows: Sequence[Window], units: int = 1) -> tuple[int | None, RateState]:
+        """Check every window and count the call in all of them, or in none."""
+        reply = await self._script(self.names(windows), self.arguments(windows, self._window_us, units))
+        return (None if int(reply[0]) < 0 else _seconds(reply[0])), _state(reply)
+
+    async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
+        """Add a finished call's tokens, without waiting for the reply (as spend is added)."""
+        names = [self._prefix + "tpm:" + window.name for window in windows]
+        await self._redis.send_unanswered(("EVAL", _TOKENS_SCRIPT, len(names), *names, tokens,
+                                           self._window_s + 2))
 
     async def close(self) -> None:
         """Close the connection pool."""
@@ -77,29 +197,36 @@ class RedisRateLimiter:
 
 
 class RedisSpendCounter:
-    """Monthly spend per key as a Redis float, seeded from the database when missing."""
+    """Spend per owner and period as Redis floats, seeded from the database when missing."""
 
     def __init__(self, redis: Client, prefix: str, loader: SpendLoader) -> None:
         self._redis = redis
         self._prefix = prefix + "spend:"
         self._load = loader
 
-    def key_name(self, key: str, month: str) -> str:
-        """The Redis key holding one key's spend for one month."""
-        return f"{self._prefix}{key}:{month}"
+    def key_name(self, scope: str, owner: str, period_label: str) -> str:
+        """The Redis key holding one owner's spend in one period."""
+        return f"{self._prefix}{scope}:{owner}:{period_label}"
 
-    async def current(self, key: str) -> float:
-        """Spend so far this month."""
-        month = current_month()
-        name = self.key_name(key, month)
+    def name_of(self, budget: Budget) -> str:
+        """The counter of a budget's period under way."""
+        return self.key_name(budget.scope, budget.owner, current_label(budget.period))
+
+    async def current(self, budget: Budget) -> float:
+        """Spend so far in the budget's period."""
+        name = self.name_of(budget)
         value = await self._redis.execute("GET", name)
-        if value is None:
-            loaded = await self._load(key, month)
-            await self._redis.execute("SET", name, repr(loaded), "NX", "EX", _SPEND_TTL_SECONDS)
-            value = await self._redis.execute("GET", name)
+        return float(value) if value is not None else await self.seed(budget, name)
+
+    async def seed(self, budget: Budget, name: str) -> float:
+        """Load a missing counter from the database (the first replica to set it wins)."""
+        period_label = name.rsplit(":", 1)[1]
+        loaded = await self._load(budget.scope, budget.owner, since_label(period_label))
+        await self._redis.execute("SET", name, repr(loaded), "NX", "EX", _TTL_OF_PERIOD[period_label[0]])
+        value = await self._redis.execute("GET", name)
         return float(value)
 
-    async def add(self, amounts: dict[tuple[str, str], float]) -> None:
+    async def add(self, amounts: Amounts) -> None:
         """Add committed costs to every replica's view.
 
         Written without waiting for a reply: it is on every metered call's path, between the
@@ -110,9 +237,13 @@ class RedisSpendCounter:
         lost a loaded script."""
         if not amounts:
             return
-        names = [self.key_name(key, month) for key, month in amounts]
-        await self._redis.send_unanswered(("EVAL", _ADD_SCRIPT, len(names), *names,
-                                           *[repr(cost) for cost in amounts.values()]))
+        names = []
+        costs = []
+        for (scope, owner, day), cost in amounts.items():
+            for period_label in day_labels(day):
+                names.append(self.key_name(scope, owner, period_label))
+                costs.append(repr(cost))
+        await self._redis.send_unanswered(("EVAL", _ADD_SCRIPT, len(names), *names, *costs))
 
     async def close(self) -> None:
         """Nothing beyond the shared client (closed by the rate limiter)."""
@@ -174,27 +305,31 @@ class _Admissions:
 
 
 class RedisLimits(Limits):
-    """The corridor's two checks against Redis in one round trip per request."""
+    """The corridor's checks against Redis in one round trip per request."""
 
     def __init__(self, redis: Client, prefix: str, loader: SpendLoader, window: float = WINDOW_SECONDS) -> None:
         self._spend = RedisSpendCounter(redis, prefix, loader)
-        super().__init__(RedisRateLimiter(redis, prefix, window), self._spend)
-        self._rate_prefix = prefix + "rpm:"
+        self._rate = RedisRateLimiter(redis, prefix, window)
+        super().__init__(self._rate, self._spend)
         self._window_us = int(window * 1_000_000)
         self._admissions = _Admissions(redis)
 
     async def admit(self, key: KeyRecord, metered: bool, units: int = 1) -> None:
-        """429 over the per-minute limit, else 402 when this month's spend reached the budget."""
-        budgeted = metered and key.budget_usd is not None
-        if key.rpm is None and not budgeted:
+        """429 over a window's limit, else 402 when a budget's period is spent."""
+        budgets = key.budgets if metered else ()
+        windows = key.windows
+        if not windows and not budgets:
             return
-        spend_key = self._spend.key_name(key.charged_key_id, current_month()) if budgeted else ""
-        wait_us, spend = await self._admissions.check(
-            [self._rate_prefix + key.rate_window, spend_key],
-            [self._window_us, key.rpm or 0, os.urandom(8).hex(), units])
-        if int(wait_us) >= 0:
-            raise RateLimited(max(1, -(-int(wait_us) // 1_000_000)))
-        if budgeted:
-            current = float(spend) if spend is not None else await self._spend.current(key.charged_key_id)
-            if current >= key.budget_usd:  # type: ignore[operator]
-                raise BudgetExceeded(f"Monthly budget of {key.budget_usd} USD reached for key {key.charged_key_id}")
+        spend_names = [self._spend.name_of(budget) for budget in budgets]
+        reply = await self._admissions.check([*self._rate.names(windows), *spend_names],
+                                             self._rate.arguments(windows, self._window_us, units))
+        if windows:
+            note = current.get()
+            if note is not None:
+                note.rate = _state(reply)
+            if int(reply[0]) >= 0:
+                raise RateLimited(_seconds(reply[0]))
+        for budget, name, spend in zip(budgets, spend_names, reply[7:]):
+            spent = float(spend) if spend is not None else await self._spend.seed(budget, name)
+            if spent >= budget.usd:
+                raise BudgetExceeded(budget_message(budget))

@@ -1,4 +1,4 @@
-"""The requests-per-minute window shared by the workers of one `inferd serve --workers N` without
+"""The requests- and tokens-per-minute windows shared by the workers of one `inferd serve --workers N` without
 Redis: the same exact sliding window as `MemoryRateLimiter` (`window_wait` decides for both), kept
 in a SQLite file that `serve` makes for its workers (and removes when they stop).
 
@@ -14,7 +14,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from inferd.limits.base import WINDOW_SECONDS, window_wait
+from typing import Sequence
+
+from inferd.limits.base import WINDOW_SECONDS, RateState, tightest, tokens_wait, window_wait
+from inferd.store.key_limits import Window
 
 # Set by `serve` for its workers when there is no Redis: the file of their shared window.
 FILE_ENV = "INFERD_WORKER_RATE_FILE"
@@ -23,6 +26,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS hits (window TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS hits_by_window ON hits (window, at);
 CREATE INDEX IF NOT EXISTS hits_by_time ON hits (at);
+CREATE TABLE IF NOT EXISTS tokens (window TEXT NOT NULL, at REAL NOT NULL, n INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tokens_by_window ON tokens (window, at);
 """
 
 # Every this many admissions in a worker, one statement drops the hits of every window that left
@@ -70,6 +75,60 @@ class WorkerRateLimiter:
             db.execute("ROLLBACK")
             raise
         return retry_after
+
+    async def admit(self, windows: Sequence[Window], units: int = 1) -> tuple[int | None, RateState]:
+        """Check every window's requests and tokens; count the call in all of them only when all admit it."""
+        now = time.time()
+        db = self._db
+        cutoff = now - self._window
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._since_sweep += 1
+            if self._since_sweep >= self._sweep_every:
+                self._since_sweep = 0
+                db.execute("DELETE FROM hits WHERE at <= ?", (cutoff,))
+                db.execute("DELETE FROM tokens WHERE at <= ?", (cutoff,))
+            waits = []
+            requests = []
+            tokens = []
+            for spec in windows:
+                if spec.rpm is not None:
+                    db.execute("DELETE FROM hits WHERE window = ? AND at <= ?", (spec.name, cutoff))
+                    times = [at for (at,) in db.execute("SELECT at FROM hits WHERE window = ? ORDER BY at",
+                                                        (spec.name,))]
+                    wait = window_wait(len(times), units, spec.rpm, times.__getitem__, now, self._window)
+                    if wait is not None:
+                        waits.append(wait)
+                    requests.append((spec, times))
+                if spec.tpm is not None:
+                    db.execute("DELETE FROM tokens WHERE window = ? AND at <= ?", (spec.name, cutoff))
+                    held = db.execute("SELECT at, n FROM tokens WHERE window = ? ORDER BY at", (spec.name,)).fetchall()
+                    total = sum(n for _, n in held)
+                    wait = tokens_wait(held, total, spec.tpm, now, self._window)
+                    if wait is not None:
+                        waits.append(wait)
+                    tokens.append((spec.tpm, spec.tpm - total, held[0][0] + self._window - now if held else 0.0))
+            admitted = not waits
+            states = []
+            for spec, times in requests:
+                count = len(times)
+                if admitted:
+                    db.executemany("INSERT INTO hits (window, at) VALUES (?, ?)", [(spec.name, now)] * units)
+                    count += units
+                oldest = times[0] if times else now
+                states.append((spec.rpm or 0, (spec.rpm or 0) - count, oldest + self._window - now))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return (None if admitted else max(waits)), RateState(tightest(states), tightest(tokens))
+
+    async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
+        """Add a finished call's tokens to each window."""
+        now = time.time()
+        with self._db:
+            self._db.executemany("INSERT INTO tokens (window, at, n) VALUES (?, ?, ?)",
+                                 [(spec.name, now, tokens) for spec in windows])
 
     def __len__(self) -> int:
         """How many hits the file holds, of every window."""

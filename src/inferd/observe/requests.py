@@ -27,7 +27,7 @@ class RequestNote:
     """One request's facts, filled in as it goes."""
 
     __slots__ = ("request_id", "started", "status", "key_id", "org", "model", "deployment", "prompt_tokens",
-                 "completion_tokens", "rejection")
+                 "completion_tokens", "rejection", "rate")
 
     def __init__(self, request_id: str, started: float) -> None:
         self.request_id = request_id
@@ -40,6 +40,7 @@ class RequestNote:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.rejection: str | None = None
+        self.rate: Any = None  # the windows' state (limits/base.py RateState): the x-ratelimit-* headers
 
     def metered(self, model: str, deployment: str, prompt: int, completion: int) -> None:
         """A metered call of this request ended (a generate turn may make several)."""
@@ -92,8 +93,10 @@ def response_start(status: int, headers: list[tuple[bytes, bytes]]) -> dict[str,
     if note is None:
         return {"type": "http.response.start", "status": status, "headers": headers}
     note.status = status
-    return {"type": "http.response.start", "status": status,
-            "headers": [*headers, (REQUEST_ID_HEADER, note.request_id.encode("ascii"))]}
+    extra = [(REQUEST_ID_HEADER, note.request_id.encode("ascii"))]
+    if note.rate is not None:
+        extra += note.rate.headers()
+    return {"type": "http.response.start", "status": status, "headers": [*headers, *extra]}
 
 
 def stamped(send: Send, note: RequestNote) -> Send:
@@ -104,7 +107,8 @@ def stamped(send: Send, note: RequestNote) -> Send:
     async def send_stamped(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start" and not note.status:
             note.status = message["status"]
-            message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
+            message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id),
+                                  *(note.rate.headers() if note.rate is not None else ())]
         await send(message)
 
     return send_stamped

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from inferd.auth.keys import hash_secret, mint
 from inferd.catalogue import ModelCatalogue
 from inferd.errors import InvalidRequest, NotFound, UserAlreadyLinked
-from inferd.limits.base import current_month
+from inferd.limits.periods import since
 from inferd.store.audit import AuditEntry, AuditLog, AuditRecord
 from inferd.store.db import iso
 from inferd.store.keys import KeyRecord, KeyRepository, KeyView
@@ -68,7 +68,7 @@ class Administration:
     async def list_keys(self, admin: KeyRecord) -> list[dict[str, Any]]:
         """The org's application and admin keys, oldest first, revoked ones included."""
         await self._settle_usage()
-        return [key_object(view) for view in await self._keys.administered(admin.org_id, current_month())]
+        return [key_object(view) for view in await self._keys.administered(admin.org_id, since)]
 
     async def get_key(self, admin: KeyRecord, access_key_id: str) -> dict[str, Any]:
         """One key of the org (404 otherwise)."""
@@ -76,7 +76,7 @@ class Administration:
 
     async def _view(self, admin: KeyRecord, access_key_id: str) -> KeyView:
         await self._settle_usage()
-        found = await self._keys.administered(admin.org_id, current_month(), access_key_id)
+        found = await self._keys.administered(admin.org_id, since, access_key_id)
         if not found:
             raise NotFound(f"No key '{access_key_id}' in your organisation", code="key_not_found")
         return found[0]

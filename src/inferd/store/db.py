@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import os
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from alembic import command
@@ -14,9 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 _MIGRATION_LOCK = 7_270_001  # PostgreSQL advisory lock id: replicas starting together migrate once
 
 
+# `INFERD_CLOCK_SKEW_S` moves the clock of stored timestamps and budget periods (limits/periods.py)
+# by that many seconds: for drills and tests of the day a budget resets, never for production.
+CLOCK_SKEW = timedelta(seconds=float(os.environ.get("INFERD_CLOCK_SKEW_S") or 0.0))
+
+
 def utcnow() -> datetime:
     """Now, as the naive UTC datetime every table stores."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(timezone.utc).replace(tzinfo=None) + CLOCK_SKEW
 
 
 def iso(moment: datetime) -> str:

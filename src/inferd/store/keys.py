@@ -16,8 +16,9 @@ from inferd.store.audit import AuditEntry, write_entry
 from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.key_cache import KEYS_CHANNEL, KeyCache
+from inferd.store.key_limits import DEFAULT_PERIOD, Budget, Window, decode_model_limits, decode_models
 from inferd.store.orgs import decode_allowed
-from inferd.store.tables import api_keys, key_spend, users
+from inferd.store.tables import api_keys, spend, teams, users
 
 T = TypeVar("T")
 ADMINISTERED_TYPES = ("application", "admin")  # user keys are minted by the exchange, not administered
@@ -26,7 +27,7 @@ KEY_SETTINGS = ("name", "budget_usd", "rpm")  # what an admin may change on a ke
 
 @dataclass(frozen=True)
 class KeyRecord:
-    """A key joined with its org and, for user keys, the key it is charged to."""
+    """A key joined with its org, its team and, for user keys, the key it is charged to."""
 
     id: int
     access_key_id: str
@@ -34,7 +35,7 @@ class KeyRecord:
     type: str
     org_id: int
     org_slug: str
-    allowed_models: tuple[str, ...] | None
+    allowed_models: tuple[str, ...] | None  # the org's (the operator's ceiling, narrowed by its admin)
     user_id: int | None
     revoked: bool
     expires_at: datetime | None
@@ -44,6 +45,21 @@ class KeyRecord:
     # The requests-per-minute window this key counts against: its own for a long-lived key; for a
     # user key, one per (parent key, user), so minting more keys never multiplies a user's rate.
     rate_window: str
+    team_id: int | None = None  # the charged key's team
+    team_name: str | None = None
+    tpm: int | None = None
+    team_models: tuple[str, ...] | None = None
+    key_models: tuple[str, ...] | None = None
+    budgets: tuple[Budget, ...] = ()  # every budget a metered call falls under: key, team, org
+    windows: tuple[Window, ...] = ()  # every window a call counts in: key, team (those with a limit)
+    model_windows: tuple[Window, ...] = ()  # per-model windows of the key and its team
+    previous_secret_hash: str | None = None  # a rotated key's old secret, valid until previous_secret_until
+    previous_secret_until: datetime | None = None
+
+    @property
+    def budget_period(self) -> str:
+        """The period of the key's own budget."""
+        return next((b.period for b in self.budgets if b.scope == "key"), DEFAULT_PERIOD)
 
 
 @dataclass(frozen=True)
@@ -58,15 +74,26 @@ class KeyView:
     rpm: int | None
     created_at: datetime
     revoked_at: datetime | None
-    spend_usd: float  # this month's
+    spend_usd: float  # in its budget's period under way
+    team: str | None = None
+    tpm: int | None = None
+    budget_period: str = DEFAULT_PERIOD
+    models: tuple[str, ...] | None = None
+    model_limits: dict[str, dict[str, Any]] | None = None
+    expires_at: datetime | None = None
 
 
 HOT_KEYS = 4096  # keys kept on SQLite (all dropped when full: a bound, not an eviction policy)
 _LOOKUP = """
-SELECT k.id, k.access_key_id, k.secret_hash, k.type, k.org_id, o.slug, o.allowed_models, k.user_id,
-       k.revoked_at, k.expires_at, k.budget_usd, k.rpm,
-       p.access_key_id, p.budget_usd, p.rpm, p.revoked_at
+SELECT k.id, k.access_key_id, k.secret_hash, k.type, k.org_id, o.slug, o.allowed_models, o.admin_models,
+       o.budget_usd, o.budget_period, k.user_id, k.revoked_at, k.expires_at,
+       k.budget_usd, k.rpm, k.tpm, k.budget_period, k.models, k.model_limits, k.previous_secret_hash,
+       k.previous_secret_until,
+       p.access_key_id, p.budget_usd, p.rpm, p.revoked_at, p.expires_at, p.tpm, p.budget_period, p.models,
+       p.model_limits,
+       t.id, t.name, t.budget_usd, t.budget_period, t.rpm, t.tpm, t.models, t.model_limits
 FROM api_keys k JOIN orgs o ON o.id = k.org_id LEFT JOIN api_keys p ON p.id = k.parent_key_id
+LEFT JOIN teams t ON t.id = COALESCE(p.team_id, k.team_id)
 WHERE k.access_key_id = {param}
 """
 
@@ -77,19 +104,58 @@ def _when(value: Any) -> datetime | None:
     return datetime.fromisoformat(value)
 
 
+def effective_models(operator: tuple[str, ...] | None, admin: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """An org's allow-list: the operator's, narrowed by what its admin set (names in both)."""
+    if admin is None:
+        return operator
+    if operator is None:
+        return admin
+    return tuple(name for name in admin if name in operator)
+
+
+def _model_windows(scope: str, owner: str, stored: str | None) -> list[Window]:
+    return [Window(scope, f"{owner}/model/{model}", limits.get("rpm"), limits.get("tpm"), model)
+            for model, limits in decode_model_limits(stored).items()]
+
+
 def _record(row: tuple[Any, ...]) -> KeyRecord:
-    (key_id, access_key_id, secret_hash, key_type, org_id, slug, allowed, user_id, revoked_at, expires_at,
-     budget, rpm, parent_access, parent_budget, parent_rpm, parent_revoked) = row
+    (key_id, access_key_id, secret_hash, key_type, org_id, slug, allowed, admin_models, org_budget, org_period,
+     user_id, revoked_at, expires_at, budget, rpm, tpm, period, models, model_limits, previous_hash, previous_until,
+     parent_access, parent_budget, parent_rpm, parent_revoked, parent_expires, parent_tpm, parent_period,
+     parent_models, parent_model_limits,
+     team_id, team_name, team_budget, team_period, team_rpm, team_tpm, team_models, team_model_limits) = row
     has_parent = parent_access is not None
+    if has_parent:
+        budget, rpm, tpm, period, models, model_limits = (parent_budget, parent_rpm, parent_tpm, parent_period,
+                                                          parent_models, parent_model_limits)
+    charged = parent_access if has_parent else access_key_id
+    rate_window = f"{parent_access}/user/{user_id}" if has_parent else access_key_id
+    budgets = []
+    if budget is not None:
+        budgets.append(Budget("key", charged, charged, float(budget), period or DEFAULT_PERIOD))
+    windows = []
+    if rpm is not None or tpm is not None:
+        windows.append(Window("key", rate_window, rpm, tpm))
+    model_windows = _model_windows("key", rate_window, model_limits)
+    if team_id is not None:
+        if team_budget is not None:
+            budgets.append(Budget("team", str(team_id), team_name, float(team_budget), team_period or DEFAULT_PERIOD))
+        if team_rpm is not None or team_tpm is not None:
+            windows.append(Window("team", f"team:{team_id}", team_rpm, team_tpm))
+        model_windows += _model_windows("team", f"team:{team_id}", team_model_limits)
+    if org_budget is not None:
+        budgets.append(Budget("org", slug, slug, float(org_budget), org_period or DEFAULT_PERIOD))
+    expired_parent = has_parent and parent_expires is not None and _when(parent_expires) <= utcnow()
     return KeyRecord(
         id=key_id, access_key_id=access_key_id, secret_hash=secret_hash, type=key_type, org_id=org_id,
-        org_slug=slug, allowed_models=decode_allowed(allowed), user_id=user_id,
-        revoked=revoked_at is not None or (has_parent and parent_revoked is not None),
-        expires_at=_when(expires_at),
-        charged_key_id=parent_access if has_parent else access_key_id,
-        budget_usd=parent_budget if has_parent else budget,
-        rpm=parent_rpm if has_parent else rpm,
-        rate_window=f"{parent_access}/user/{user_id}" if has_parent else access_key_id,
+        org_slug=slug, allowed_models=effective_models(decode_allowed(allowed), decode_models(admin_models)),
+        user_id=user_id,
+        revoked=revoked_at is not None or (has_parent and parent_revoked is not None) or bool(expired_parent),
+        expires_at=_when(expires_at), charged_key_id=charged, budget_usd=budget, rpm=rpm, rate_window=rate_window,
+        team_id=team_id, team_name=team_name, tpm=tpm, team_models=decode_models(team_models),
+        key_models=decode_models(models), budgets=tuple(budgets), windows=tuple(windows),
+        model_windows=tuple(model_windows), previous_secret_hash=previous_hash,
+        previous_secret_until=_when(previous_until),
     )
 
 
@@ -247,22 +313,36 @@ class KeyRepository:
                 ~exists().where(child.c.parent_key_id == api_keys.c.id)))
         return int(result.rowcount or 0)
 
-    async def administered(self, org_id: int, month: str, access_key_id: str | None = None) -> list["KeyView"]:
+    async def administered(self, org_id: int, since: Callable[[str], str | None],
+                           access_key_id: str | None = None) -> list["KeyView"]:
         """The org's application and admin keys (user keys minted by the exchange are short-lived and
-        charged to their parent, so they are not listed), oldest first, with `month`'s spend; one
-        key when `access_key_id` is given (none when it is not the org's)."""
+        charged to their parent, so they are not listed), oldest first, each with its spend since
+        `since(its budget period)` (YYYY-MM-DD, None: ever); one key when `access_key_id` is given
+        (none when it is not the org's)."""
         stmt = (select(api_keys.c.access_key_id, api_keys.c.name, api_keys.c.type, users.c.email,
                        api_keys.c.budget_usd, api_keys.c.rpm, api_keys.c.created_at, api_keys.c.revoked_at,
-                       key_spend.c.spend_usd)
-                .select_from(api_keys.outerjoin(users, users.c.id == api_keys.c.user_id).outerjoin(
-                    key_spend, (key_spend.c.key_id == api_keys.c.access_key_id) & (key_spend.c.month == month)))
+                       teams.c.name, api_keys.c.tpm, api_keys.c.budget_period, api_keys.c.models,
+                       api_keys.c.model_limits, api_keys.c.expires_at)
+                .select_from(api_keys.outerjoin(users, users.c.id == api_keys.c.user_id)
+                             .outerjoin(teams, teams.c.id == api_keys.c.team_id))
                 .where(api_keys.c.org_id == org_id, api_keys.c.type.in_(ADMINISTERED_TYPES))
                 .order_by(api_keys.c.id))
         if access_key_id is not None:
             stmt = stmt.where(api_keys.c.access_key_id == access_key_id)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [KeyView(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], float(row[8] or 0.0))
+            spent: dict[str, float] = {}
+            if rows:
+                firsts = {row[0]: since(row[10] or DEFAULT_PERIOD) or "" for row in rows}
+                days = await conn.execute(select(spend.c.owner, spend.c.day, spend.c.spend_usd).where(
+                    spend.c.scope == "key", spend.c.owner.in_(list(firsts)), spend.c.day >= min(firsts.values())))
+                for owner, day, usd in days:
+                    if day >= firsts[owner]:
+                        spent[owner] = spent.get(owner, 0.0) + usd
+        return [KeyView(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], spent.get(row[0], 0.0),
+                        team=row[8], tpm=row[9], budget_period=row[10] or DEFAULT_PERIOD,
+                        models=decode_models(row[11]), model_limits=decode_model_limits(row[12]) or None,
+                        expires_at=_when(row[13]))
                 for row in rows]
 
     async def close(self) -> None:

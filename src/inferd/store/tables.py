@@ -19,6 +19,27 @@ orgs = Table(
     Column("file_attachments", Boolean, nullable=False, default=True),
     Column("web_search", Boolean, nullable=False, default=False),
     Column("created_at", DateTime(), nullable=False),
+    # Since 0012: the operator's budget for the whole org, and what its admin narrowed
+    # `allowed_models` (the operator's ceiling) to; NULL: not narrowed.
+    Column("budget_usd", Float, nullable=True),
+    Column("budget_period", String(8), nullable=True),  # day | week | month | total; NULL: month
+    Column("admin_models", Text, nullable=True),
+)
+
+# Teams of an org (issue 28): a key belongs to at most one; budgets and windows of their own.
+teams = Table(
+    "teams", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("budget_usd", Float, nullable=True),
+    Column("budget_period", String(8), nullable=True),
+    Column("rpm", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+    Column("models", Text, nullable=True),  # JSON list of ids/aliases; NULL: what the org allows
+    Column("model_limits", Text, nullable=True),  # JSON {model: {"rpm": n, "tpm": n}}
+    Column("created_at", DateTime(), nullable=False),
+    UniqueConstraint("org_id", "name", name="uq_teams_org_name"),
 )
 
 users = Table(
@@ -49,6 +70,15 @@ api_keys = Table(
     Column("revoked_at", DateTime(), nullable=True),
     Column("expires_at", DateTime(), nullable=True),
     Column("created_at", DateTime(), nullable=False),
+    # Since 0012 (issue 28).
+    Column("team_id", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+    Column("budget_period", String(8), nullable=True),  # NULL: month
+    Column("models", Text, nullable=True),  # JSON list; NULL: what its team and org allow
+    Column("model_limits", Text, nullable=True),
+    Column("previous_secret_hash", String(64), nullable=True),  # valid until previous_secret_until (rotation)
+    Column("previous_secret_until", DateTime(), nullable=True),
+    Index("ix_api_keys_team", "team_id"),
 )
 
 usage_rows = Table(
@@ -72,11 +102,14 @@ usage_rows = Table(
     Index("ix_usage_rows_key_created", "key_id", "created_at", "id"),  # id since 0002: pages in index order
 )
 
-# Monthly spend per charged key, maintained with every usage commit, so budgets load in one read.
-key_spend = Table(
-    "key_spend", metadata,
-    Column("key_id", String(32), primary_key=True),
-    Column("month", String(7), primary_key=True),  # YYYY-MM (UTC)
+# Spend per owner and UTC day, maintained with every usage commit (0012): a budget of any period is
+# the sum of its owner's days since the period began. scope: key | team | org; owner: the charged
+# access key id, the team id, the org slug.
+spend = Table(
+    "spend", metadata,
+    Column("scope", String(8), primary_key=True),
+    Column("owner", String(128), primary_key=True),
+    Column("day", String(10), primary_key=True),  # YYYY-MM-DD (UTC)
     Column("spend_usd", Float, nullable=False),
 )
 

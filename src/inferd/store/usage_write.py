@@ -1,5 +1,5 @@
 """What writing usage rows means, in one place: the rows, what they add to `usage_rollup`, and
-what they add to each key's monthly spend (`key_spend`), in the caller's transaction.
+what they add to the daily spend of each key, team and org (`spend`), in the caller's transaction.
 
 Every writer uses these: the folds of the usage journals (SQLite's on a raw sqlite3 connection,
 PostgreSQL's in one statement over asyncpg), the group commit of a database without a journal
@@ -18,28 +18,32 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql import Executable
 
-from inferd.store.tables import key_spend, usage_rows
+from inferd.store.tables import spend, usage_rows
 from inferd.store.usage import (ROLLUP_COLUMNS, SQLITE_ROLLUP_UPSERT, rollup_deltas,
                                 rollup_upsert, rollup_values)
 
-Amounts = dict[tuple[str, str], float]  # (key id, "YYYY-MM") -> USD
+Amounts = dict[tuple[str, str, str], float]  # (scope, owner, "YYYY-MM-DD") -> USD
 
 _COLUMNS = ("org", "deployment", "key_id", "user_id", "team_id", "model", "workspace", "prompt_tokens",
             "completion_tokens", "cached_prompt_tokens", "latency_ms", "status_code", "cost_usd", "created_at",
             "metadata")
 _SQLITE_INSERT = f"INSERT INTO usage_rows ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
-_SQLITE_SPEND = ("INSERT INTO key_spend (key_id, month, spend_usd) VALUES (?, ?, ?) ON CONFLICT (key_id, month) "
-                 "DO UPDATE SET spend_usd = key_spend.spend_usd + excluded.spend_usd")
+_SQLITE_SPEND = ("INSERT INTO spend (scope, owner, day, spend_usd) VALUES (?, ?, ?, ?) "
+                 "ON CONFLICT (scope, owner, day) DO UPDATE SET spend_usd = spend.spend_usd + excluded.spend_usd")
 
 
 def spend_amounts(rows: list[dict[str, Any]]) -> Amounts:
-    """What the rows add to each key's spend, by month of their creation."""
+    """What the rows add to the spend of their key, team and org, by UTC day of their creation."""
     amounts: Amounts = {}
     for row in rows:
-        if row["cost_usd"]:
-            created = row["created_at"]
-            slot = (row["key_id"], f"{created.year:04d}-{created.month:02d}")
-            amounts[slot] = amounts.get(slot, 0.0) + row["cost_usd"]
+        cost = row["cost_usd"]
+        if cost:
+            day = row["created_at"].date().isoformat()
+            for slot in (("key", row["key_id"], day), ("org", row["org"], day)):
+                amounts[slot] = amounts.get(slot, 0.0) + cost
+            if row["team_id"] is not None:
+                slot = ("team", str(row["team_id"]), day)
+                amounts[slot] = amounts.get(slot, 0.0) + cost
     return amounts
 
 
@@ -48,16 +52,17 @@ class UsageWrites:
 
     def __init__(self, dialect: str) -> None:
         self._rollup = rollup_upsert(dialect)
-        spend = (pg_insert if dialect == "postgresql" else sqlite_insert)(key_spend)
-        self._spend = spend.on_conflict_do_update(index_elements=[key_spend.c.key_id, key_spend.c.month],
-                                                  set_={"spend_usd": key_spend.c.spend_usd + spend.excluded.spend_usd})
+        upsert = (pg_insert if dialect == "postgresql" else sqlite_insert)(spend)
+        self._spend = upsert.on_conflict_do_update(index_elements=[spend.c.scope, spend.c.owner, spend.c.day],
+                                                   set_={"spend_usd": spend.c.spend_usd + upsert.excluded.spend_usd})
         self._insert = insert(usage_rows)
 
     def writes(self, rows: list[dict[str, Any]], amounts: Amounts) -> list[tuple[Executable, list[dict[str, Any]]]]:
         """(statement, parameters) to execute in order, in one transaction."""
         writes: list[tuple[Executable, list[dict[str, Any]]]] = [(self._insert, rows), (self._rollup, rollup_deltas(rows))]
         if amounts:
-            writes.append((self._spend, [{"key_id": k, "month": m, "spend_usd": c} for (k, m), c in amounts.items()]))
+            writes.append((self._spend, [{"scope": s, "owner": o, "day": d, "spend_usd": c}
+                                         for (s, o, d), c in sorted(amounts.items())]))
         return writes
 
 
@@ -68,7 +73,7 @@ def sqlite_usage_writes(rows: list[dict[str, Any]], amounts: Amounts) -> list[tu
     writes: list[tuple[str, list[tuple[Any, ...]]]] = [(_SQLITE_INSERT, values),
                                                         (SQLITE_ROLLUP_UPSERT, rollup_values(rows))]
     if amounts:
-        writes.append((_SQLITE_SPEND, [(k, m, c) for (k, m), c in amounts.items()]))
+        writes.append((_SQLITE_SPEND, [(s, o, d, c) for (s, o, d), c in sorted(amounts.items())]))
     return writes
 
 
@@ -99,9 +104,9 @@ def _pg_usage_write(first: int, only_if: str) -> str:
         f"SELECT * FROM {_unnest(_PG_ROLLUP_TYPES, rollup_first)}{where} "
         "ON CONFLICT (key_id, span, period, dims) DO UPDATE SET "
         + ", ".join(f"{name} = usage_rollup.{name} + excluded.{name}" for name in _ADDED) + "), "
-        f"spend AS (INSERT INTO key_spend (key_id, month, spend_usd) "
-        f"SELECT * FROM {_unnest(('varchar', 'varchar', 'float8'), spend_first)}{where} "
-        "ON CONFLICT (key_id, month) DO UPDATE SET spend_usd = key_spend.spend_usd + excluded.spend_usd) "
+        f"spend_days AS (INSERT INTO spend (scope, owner, day, spend_usd) "
+        f"SELECT * FROM {_unnest(('varchar', 'varchar', 'varchar', 'float8'), spend_first)}{where} "
+        "ON CONFLICT (scope, owner, day) DO UPDATE SET spend_usd = spend.spend_usd + excluded.spend_usd) "
     )
 
 
@@ -123,6 +128,7 @@ def pg_usage_arguments(rows: list[dict[str, Any]], amounts: Amounts) -> list[lis
     arguments: list[list[Any]] = [[row[c] for row in rows] for c in _COLUMNS]
     deltas = rollup_values(rows)
     arguments.extend([delta[i] for delta in deltas] for i in range(len(ROLLUP_COLUMNS)))
-    spend = sorted(amounts.items())
-    arguments.extend(([k for (k, _), _ in spend], [m for (_, m), _ in spend], [c for _, c in spend]))
+    added = sorted(amounts.items())  # in lock order
+    arguments.extend(([s for (s, _, _), _ in added], [o for (_, o, _), _ in added], [d for (_, _, d), _ in added],
+                      [c for _, c in added]))
     return arguments

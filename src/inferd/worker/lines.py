@@ -28,7 +28,7 @@ from inferd.calls.stage import Metered
 from inferd.catalogue import Model
 from inferd.config import BatchConfig
 from inferd.errors import AuthenticationFailed, BudgetExceeded, InferdError, InvalidRequest, RelayedError
-from inferd.limits.base import Limits
+from inferd.limits.base import Limits, budget_message
 from inferd.metering import Usage
 from inferd.services.batches import error_line, new_request_id
 from inferd.services.chat import ChatCall, ChatService
@@ -82,11 +82,12 @@ class LineRunner:
                 self.unrecorded[row["key_id"]] = self.unrecorded.get(row["key_id"], 0.0) - row["cost_usd"]
 
     async def _budget_left(self, key: KeyRecord) -> None:
-        if key.budget_usd is None:
-            return
-        spent = await self._limits.spend.current(key.charged_key_id) + self.unrecorded.get(key.charged_key_id, 0.0)
-        if spent >= key.budget_usd:
-            raise BudgetExceeded(f"Monthly budget of {key.budget_usd} USD reached for key {key.charged_key_id}")
+        # Lines finished but not committed count against every budget of their key (they are all
+        # charged to it; its team and org may have spent more elsewhere, which the counter holds).
+        unrecorded = self.unrecorded.get(key.charged_key_id, 0.0)
+        for budget in key.budgets:
+            if await self._limits.spend.current(budget) + unrecorded >= budget.usd:
+                raise BudgetExceeded(budget_message(budget))
 
     async def run(self, line_no: int, custom_id: str, body_text: str, key: KeyRecord | None,
                   may_start: Callable[[], bool]) -> LineResult | None:
