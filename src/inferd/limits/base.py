@@ -90,6 +90,9 @@ class RateLimiter(Protocol):
     async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
         """Add a finished call's tokens to the windows with a tpm."""
 
+    async def remaining(self, windows: Sequence[Window]) -> list[tuple[int | None, int | None]]:
+        """What is left of each window (requests, tokens; None where it sets no such limit), counting nothing."""
+
     async def close(self) -> None:
         """Release connections."""
 
@@ -143,6 +146,15 @@ class Limits:
             windows = [window for window in key.windows if window.tpm is not None]
             if windows:
                 await self.rate.count_tokens(windows, tokens)
+
+    async def remaining(self, key: KeyRecord) -> list[tuple[Window, int | None, int | None]]:
+        """Each window of the key (its own, its team's, per model): what is left of its requests and
+        tokens (None where it sets no such limit), counting nothing (`GET /v1/me`)."""
+        windows = [*key.windows, *key.model_windows]
+        if not windows:
+            return []
+        left = await self.rate.remaining(windows)
+        return [(window, requests, tokens) for window, (requests, tokens) in zip(windows, left)]
 
     async def close(self) -> None:
         """Release connections."""

@@ -122,6 +122,19 @@ class MemoryRateLimiter:
                                     for limit, hits in requests]), tightest(tokens))
         return (None if admitted else max(waits)), state
 
+    async def remaining(self, windows: Sequence[Window]) -> list[tuple[int | None, int | None]]:
+        """What is left of each window, counting nothing."""
+        now = time.monotonic()
+        left: list[tuple[int | None, int | None]] = []
+        for spec in windows:
+            requests = spec.rpm - len(self._requests(spec.name, now)) if spec.rpm is not None else None
+            tokens = None
+            if spec.tpm is not None:
+                self._held_tokens(spec.name, now)
+                tokens = spec.tpm - self._token_sums[spec.name]
+            left.append((None if requests is None else max(0, requests), None if tokens is None else max(0, tokens)))
+        return left
+
     async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
         """Add a finished call's tokens to each window."""
         now = time.monotonic()

@@ -126,6 +126,38 @@ end
 return reply
 """
 
+# What is left of each window, counting nothing. KEYS and ARGV as the admission's; returns
+# {requests left or -1, tokens left or -1} per window.
+_REMAINING_SCRIPT = """
+local window = tonumber(ARGV[1])
+local n = tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local second = tonumber(t[1])
+local window_s = math.floor(window / 1000000)
+local reply = {}
+for i = 1, n do
+  local rpm = tonumber(ARGV[3 + 2 * i])
+  local tpm = tonumber(ARGV[4 + 2 * i])
+  local requests = -1
+  local tokens = -1
+  if rpm > 0 then
+    requests = math.max(0, rpm - redis.call('ZCOUNT', KEYS[2 * i - 1], '(' .. (now - window), '+inf'))
+  end
+  if tpm > 0 then
+    local fields = redis.call('HGETALL', KEYS[2 * i])
+    local total = 0
+    for j = 1, #fields, 2 do
+      if tonumber(fields[j]) > second - window_s then total = total + tonumber(fields[j + 1]) end
+    end
+    tokens = math.max(0, tpm - total)
+  end
+  reply[#reply + 1] = requests
+  reply[#reply + 1] = tokens
+end
+return reply
+"""
+
 # A finished call's tokens, in the current second's field of each window's hash (Redis's clock).
 _TOKENS_SCRIPT = """
 local t = redis.call('TIME')
@@ -158,6 +190,7 @@ class RedisRateLimiter:
         self._window_us = int(window * 1_000_000)
         self._window_s = max(1, int(window))
         self._script = Script(redis, _ADMIT_SCRIPT)
+        self._remaining = Script(redis, _REMAINING_SCRIPT)
 
     def names(self, windows: Sequence[Window]) -> list[str]:
         """Each window's request set and token hash."""
@@ -184,6 +217,12 @@ class RedisRateLimiter:
         """Check every window and count the call in all of them, or in none."""
         reply = await self._script(self.names(windows), self.arguments(windows, self._window_us, units))
         return (None if int(reply[0]) < 0 else _seconds(reply[0])), _state(reply)
+
+    async def remaining(self, windows: Sequence[Window]) -> list[tuple[int | None, int | None]]:
+        """What is left of each window, counting nothing."""
+        reply = await self._remaining(self.names(windows), self.arguments(windows, self._window_us, 0))
+        return [(None if int(reply[2 * i]) < 0 else int(reply[2 * i]),
+                 None if int(reply[2 * i + 1]) < 0 else int(reply[2 * i + 1])) for i in range(len(windows))]
 
     async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
         """Add a finished call's tokens, without waiting for the reply (as spend is added)."""

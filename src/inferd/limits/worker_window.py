@@ -123,6 +123,23 @@ class WorkerRateLimiter:
             raise
         return (None if admitted else max(waits)), RateState(tightest(states), tightest(tokens))
 
+    async def remaining(self, windows: Sequence[Window]) -> list[tuple[int | None, int | None]]:
+        """What is left of each window, counting nothing."""
+        cutoff = time.time() - self._window
+        left: list[tuple[int | None, int | None]] = []
+        for spec in windows:
+            requests = tokens = None
+            if spec.rpm is not None:
+                (held,) = self._db.execute("SELECT count(*) FROM hits WHERE window = ? AND at > ?",
+                                           (spec.name, cutoff)).fetchone()
+                requests = max(0, spec.rpm - int(held))
+            if spec.tpm is not None:
+                (used,) = self._db.execute("SELECT coalesce(sum(n), 0) FROM tokens WHERE window = ? AND at > ?",
+                                           (spec.name, cutoff)).fetchone()
+                tokens = max(0, spec.tpm - int(used))
+            left.append((requests, tokens))
+        return left
+
     async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
         """Add a finished call's tokens to each window."""
         now = time.time()
