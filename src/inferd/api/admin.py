@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from inferd.api.deps import admin_key, services
 from inferd.protocol.admin import (AuditList, CreatedKey, DeploymentList, KeyCreateRequest, KeyList, KeyObject,
                                    KeyUpdateRequest, OrgSettings, OrgUpdateRequest)
+from inferd.protocol.admin import KeyRotateRequest
 from inferd.services.admin import Administration
 from inferd.store.keys import KeyRecord
 
@@ -56,6 +57,14 @@ async def revoke_key(access_key_id: str, admin: KeyRecord = Depends(admin_key),
                      service: Administration = Depends(administration)) -> dict[str, Any]:
     """Revoke a key (401 from then on); the answer carries `revoked_at`."""
     return await service.revoke_key(admin, access_key_id)
+
+
+@router.post("/v1/admin/keys/{access_key_id}/rotate", response_model=CreatedKey)
+async def rotate_key(access_key_id: str, body: KeyRotateRequest | None = None, admin: KeyRecord = Depends(admin_key),
+                     service: Administration = Depends(administration)) -> dict[str, Any]:
+    """A new secret for the same key id (its usage and limits stay); the old secret stays valid
+    `grace_s` seconds (default 0). `secret` and `full_key` are shown here only."""
+    return await service.rotate_key(admin, access_key_id, body.grace_s if body is not None else 0.0)
 
 
 @router.get("/v1/admin/org", response_model=OrgSettings)

@@ -25,7 +25,7 @@ class Authenticator:
             raise AuthenticationFailed("Malformed API key: expected 'ACCESS_KEY_ID:SECRET'", code="invalid_api_key")
         access_key_id, secret = parsed
         record = await self._keys.lookup(access_key_id)
-        if record is None or not secret_matches(secret, record.secret_hash):
+        if record is None or not _secret_ok(secret, record):
             raise AuthenticationFailed("Invalid API key", code="invalid_api_key")
         if record.revoked:
             raise AuthenticationFailed("API key revoked", code="key_revoked")
@@ -36,6 +36,16 @@ class Authenticator:
             note.key_id = record.access_key_id
             note.org = record.org_slug
         return record
+
+
+def _secret_ok(secret: str, record: KeyRecord) -> bool:
+    """The key's current secret, or (CONTRACT.md decision 23) the one a rotation replaced while its
+    grace lasts. The current one is checked first: after the grace it is the only one asked."""
+    if secret_matches(secret, record.secret_hash):
+        return True
+    until = record.previous_secret_until
+    return (record.previous_secret_hash is not None and until is not None and utcnow() < until
+            and secret_matches(secret, record.previous_secret_hash))
 
 
 def require_long_lived(key: KeyRecord) -> None:

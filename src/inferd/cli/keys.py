@@ -1,4 +1,5 @@
-"""`inferd keys create …`, `inferd keys update ACCESS_KEY_ID …` and `inferd keys revoke ACCESS_KEY_ID`.
+"""`inferd keys create …`, `inferd keys update ACCESS_KEY_ID …`, `inferd keys revoke ACCESS_KEY_ID` and
+`inferd keys rotate ACCESS_KEY_ID [--grace DURATION]`.
 
 Each command records its change in the org's audit log with the actor `cli` (CONTRACT.md 19).
 
@@ -20,8 +21,9 @@ from inferd.auth.keys import hash_secret, mint
 from inferd.cli.common import run_with_db, settings_from_env
 from inferd.cli.orgs import record_creation
 from inferd.errors import UserAlreadyLinked
+from inferd.limits.periods import parse_duration
 from inferd.store.audit import CLI_ACTOR, AuditEntry
-from inferd.store.keys import KeyRepository
+from inferd.store.keys import MAX_ROTATION_GRACE_S, KeyRepository
 from inferd.store.orgs import OrgRepository
 from inferd.store.users import UserRepository
 
@@ -104,6 +106,36 @@ def revoke(access_key_id: str) -> None:
     if not run_with_db(settings_from_env(), work):
         raise click.ClickException(f"no live key {access_key_id}")
     click.echo(f"revoked {access_key_id}")
+
+
+@keys.command("rotate")
+@click.argument("access_key_id")
+@click.option("--grace", default="0s", show_default=True,
+              help="How long the old secret stays valid (30d, 12h, 15m, 45s; 0s: not at all).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def rotate(access_key_id: str, grace: str, as_json: bool) -> None:
+    """Give a key a new secret, keeping its id, usage and limits; the new secret is shown once."""
+    try:
+        grace_s = 0.0 if grace.strip() == "0" else parse_duration(grace)  # a bare 0 needs no unit
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--grace") from None
+    if grace_s > MAX_ROTATION_GRACE_S:
+        raise click.BadParameter(f"at most {MAX_ROTATION_GRACE_S // 86400}d", param_hint="--grace")
+    secret = mint()[1]  # only the secret: the access key id stays
+
+    async def work(engine: AsyncEngine) -> bool:
+        return await KeyRepository(engine).rotate(access_key_id, None, hash_secret(secret), grace_s, CLI_ACTOR)
+
+    if not run_with_db(settings_from_env(), work):
+        raise click.ClickException(f"no live application or admin key {access_key_id}")
+    full_key = f"{access_key_id}:{secret}"
+    if as_json:
+        click.echo(json.dumps({"access_key_id": access_key_id, "secret": secret, "full_key": full_key,
+                               "grace_s": grace_s}))
+    else:
+        click.echo(f"rotated key {access_key_id} (the old secret is valid for {grace_s:g} s more; "
+                   "the new one is shown only once)")
+        click.echo(full_key)
 
 
 @keys.command("update")

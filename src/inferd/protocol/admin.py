@@ -36,6 +36,15 @@ class KeyUpdateRequest(BaseModel):
     rpm: Rpm | None = None
 
 
+class KeyRotateRequest(BaseModel):
+    """POST /v1/admin/keys/{access_key_id}/rotate: how long the old secret stays valid (default 0)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # at most a year (store.keys.MAX_ROTATION_GRACE_S), so the expiry is always a datetime
+    grace_s: Annotated[float, Field(ge=0, le=366 * 86400, strict=True, allow_inf_nan=False)] = 0
+
+
 class KeyObject(BaseModel):
     """A long-lived key as its org's admin sees it (never its secret)."""
 
@@ -109,7 +118,7 @@ class AuditEntryObject(BaseModel):
     at: str  # RFC 3339, UTC
     actor: str  # the admin key's access key id, "cli", or (user_key.mint) the owning key's id
     action: Literal["key.create", "key.update", "key.revoke", "org.create", "org.update", "user_key.mint",
-                    "batch.cancel", "file.delete"]
+                    "batch.cancel", "file.delete", "key.rotate"]
     target: str  # an access key id, the org's slug, a user id (user_key.mint), a batch or file id
     details: dict[str, Any]
 

@@ -6,7 +6,7 @@ import asyncio
 
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from sqlalchemy import delete, exists, insert, select, text, update
@@ -23,6 +23,7 @@ from inferd.store.tables import api_keys, spend, teams, users
 T = TypeVar("T")
 ADMINISTERED_TYPES = ("application", "admin")  # user keys are minted by the exchange, not administered
 KEY_SETTINGS = ("name", "budget_usd", "rpm")  # what an admin may change on a key
+MAX_ROTATION_GRACE_S = 366 * 86400  # a rotated-out secret stays valid at most a year (a bound, not a policy)
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,33 @@ class KeyRepository:
                 details = {name: {"from": before[name], "to": value} for name, value in values.items()}
                 await write_entry(conn, int(before["org_id"]), AuditEntry(actor, "key.update", access_key_id,
                                                                           details))
+            return True
+
+        return await self.propagate(write, access_key_id)
+
+    async def rotate(self, access_key_id: str, org_id: int | None, new_hash: str, grace_s: float,
+                     actor: str) -> bool:
+        """Give a live application or admin key (of org `org_id`, when given) the secret hashed as
+        `new_hash`, keeping its id and so its usage, spend and windows; its old secret stays valid
+        for `grace_s` seconds (0: not at all), and `key.rotate` by `actor` is recorded. False when
+        there is no such live key. A second rotation within the grace drops the oldest secret:
+        only the one just replaced stays valid."""
+
+        async def write(conn: AsyncConnection) -> bool:
+            where = [api_keys.c.access_key_id == access_key_id, api_keys.c.type.in_(ADMINISTERED_TYPES),
+                     api_keys.c.revoked_at.is_(None)]
+            if org_id is not None:
+                where.append(api_keys.c.org_id == org_id)
+            before = (await conn.execute(select(api_keys.c.org_id, api_keys.c.secret_hash).where(*where))).first()
+            if before is None:
+                return False
+            previous, until = None, None
+            if grace_s > 0:
+                previous, until = before.secret_hash, utcnow() + timedelta(seconds=grace_s)
+            await conn.execute(update(api_keys).where(*where).values(
+                secret_hash=new_hash, previous_secret_hash=previous, previous_secret_until=until))
+            await write_entry(conn, int(before.org_id), AuditEntry(actor, "key.rotate", access_key_id,
+                                                                   {"grace_s": grace_s}))
             return True
 
         return await self.propagate(write, access_key_id)
