@@ -89,6 +89,18 @@ class LineRunner:
             if await self._limits.spend.current(budget) + unrecorded >= budget.usd:
                 raise BudgetExceeded(budget_message(budget))
 
+    async def _window_slot(self, key: KeyRecord, may_start: Callable[[], bool]) -> bool:
+        """Count the line in its key's and team's windows, waiting (not failing: a batch has a day)
+        while they are full; False when it must not start any more meanwhile."""
+        while key.windows:
+            wait, _ = await self._limits.rate.admit(key.windows)
+            if wait is None:
+                return True
+            if not may_start():
+                return False
+            await asyncio.sleep(min(wait, 5))
+        return True
+
     async def run(self, line_no: int, custom_id: str, body_text: str, key: KeyRecord | None,
                   may_start: Callable[[], bool]) -> LineResult | None:
         """The line's result, or None when it must not start any more (cancel, expiry)."""
@@ -101,6 +113,8 @@ class LineRunner:
             check_chat(body)
             metadata = check_metadata(body.get("metadata"))
             call = self._chat.open(body, key, workspace="batch", price_factor=PRICE_FACTOR, metadata=metadata)
+            if not await self._window_slot(key, may_start):
+                return None
             async with self._pace(call.model):
                 if not may_start():
                     return None
