@@ -30,6 +30,7 @@ from inferd.api import conversations as conversation_routes
 from inferd.api import console as console_routes
 from inferd.api import docs as docs_routes
 from inferd.api import images as images_routes
+from inferd.api import me as me_routes
 from inferd.api import sources as sources_routes
 from inferd.api import vectorize as vectorize_routes
 from inferd.api import models as models_routes
@@ -241,6 +242,7 @@ class InferdApp:
                            docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None)
         _install_error_handlers(self.api)
         self.api.include_router(models_routes.router)
+        self.api.include_router(me_routes.router)
         self.api.include_router(audio_routes.router)
         self.api.include_router(images_routes.router)
         self.api.include_router(files_routes.router)
