@@ -140,3 +140,11 @@ def test_per_model_windows_and_the_models_a_key_may_use(server: Server) -> None:
     assert body["models"] == ["mock-chat", "mock-embed"]
     assert body["limits"] == [{"scope": "key", "model": "mock-chat", "rpm": 3, "tpm": None, "remaining_requests": 3,
                                "remaining_tokens": None}]
+
+
+def test_a_key_past_its_expiry_is_401(server: Server) -> None:
+    key = server.create_key()
+    change(server, key, {"expires_at": (datetime.now(timezone.utc) - timedelta(seconds=1)).replace(tzinfo=None)})
+    response = me(server, key)
+    assert response.status_code == 401, response.text
+    assert response.json()["error"]["code"] == "key_expired"
