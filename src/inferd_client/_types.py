@@ -265,6 +265,7 @@ class UsageRow(APIObject):
     cost_usd: float = 0.0
     created_at: str = ""
     team_id: int | None = None
+    team: str | None = None  # the team's name
     metadata: dict[str, str] | None = None
 
 

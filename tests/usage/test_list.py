@@ -12,7 +12,7 @@ from tests.usage.conftest import bad, get, ok, store_rows, usage_row
 
 ROW_FIELDS = {"id", "org", "deployment", "key_id", "user_id", "model", "workspace", "prompt_tokens",
               "completion_tokens", "cached_prompt_tokens", "latency_ms", "status_code", "cost_usd", "created_at",
-              "team_id", "metadata"}
+              "team_id", "team", "metadata"}
 
 
 def now() -> datetime:
@@ -37,6 +37,7 @@ def test_rows_of_real_calls_have_the_spec_fields(server: Server, app_key: str, c
     assert oldest["metadata"] == {"env": "prod", "team": "a"} and newest["metadata"] is None
     assert oldest["key_id"] == app_key.split(":")[0] and oldest["workspace"] == "chat"
     assert oldest["deployment"] == "mock-chat" and oldest["status_code"] == 200 and oldest["team_id"] is None
+    assert oldest["team"] is None
     assert oldest["prompt_tokens"] > 0 and oldest["completion_tokens"] > 0 and oldest["cost_usd"] > 0
     assert isinstance(oldest["latency_ms"], int) and isinstance(oldest["id"], int)
     assert abs(parse(oldest["created_at"]) - now()) < timedelta(minutes=5)
@@ -52,8 +53,9 @@ def test_rows_belong_only_to_the_calling_key(server: Server, app_key: str, chat:
                json={"model": "mock-chat", "messages": [{"role": "user", "content": "x"}]}).raise_for_status()
     mine, theirs = ok(get(server, app_key))["data"], ok(get(server, other))["data"]
     assert len(mine) == 1 and len(theirs) == 1 and mine[0]["id"] != theirs[0]["id"]
-    # org, key_id, user_id, team_id are accepted and ignored: still only the caller's rows
-    spoofed = ok(get(server, app_key, key_id=other.split(":")[0], org="someone", user_id="7", team_id="3"))
+    # org, key_id, user_id, team, team_id are accepted and ignored: still only the caller's rows
+    spoofed = ok(get(server, app_key, key_id=other.split(":")[0], org="someone", user_id="7", team_id="3",
+                     team="nobody"))
     assert [r["id"] for r in spoofed["data"]] == [mine[0]["id"]]
 
 

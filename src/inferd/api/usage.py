@@ -11,7 +11,7 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from inferd.api.deps import long_lived_key, services
-from inferd.errors import InvalidRequest
+from inferd.errors import InvalidRequest, NotFound
 from inferd.protocol.usage import UsagePage, UsageSummary
 from inferd.store.db import utcnow
 from inferd.store.keys import KeyRecord
@@ -22,7 +22,7 @@ router = APIRouter(tags=["usage"])
 DEFAULT_WINDOW = timedelta(days=30)
 MAX_SUMMARY_WINDOW = timedelta(days=366)
 MAX_LIMIT, DEFAULT_LIMIT, MAX_OFFSET = 1000, 100, 100_000
-GROUPS = ("model", "workspace", "key_id", "user_id", "day")
+GROUPS = ("model", "workspace", "key_id", "user_id", "team", "day")
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})?")
@@ -106,7 +106,8 @@ def _usage_row(row: dict[str, Any]) -> dict[str, Any]:
             "prompt_tokens": row["prompt_tokens"], "completion_tokens": row["completion_tokens"],
             "cached_prompt_tokens": row["cached_prompt_tokens"], "latency_ms": row["latency_ms"],
             "status_code": row["status_code"], "cost_usd": row["cost_usd"], "created_at": rfc3339(row["created_at"]),
-            "team_id": row["team_id"], "metadata": orjson.loads(row["metadata"]) if row["metadata"] else None}
+            "team_id": row["team_id"], "team": row["team"],
+            "metadata": orjson.loads(row["metadata"]) if row["metadata"] else None}
 
 
 def _summary_row(group: SummaryGroup) -> dict[str, Any]:
@@ -131,8 +132,26 @@ async def _scope(request: Request, key: KeyRecord, key_id: str | None) -> tuple[
     return org_keys
 
 
-# The query both routes share. `org` and `team_id` are accepted and ignored; `key_id` and `user_id`
-# too for a self-scoped key, which only ever sees its own rows. An admin key filters by them.
+async def _team(request: Request, key: KeyRecord, team: str | None, team_id: str | None) -> int | None:
+    """An admin key's team filter: `team` (a name in its org; 404 when it has none) and/or `team_id`
+    (the rows' integer); None when neither is given. Both given and naming different teams: -1,
+    which no row carries (no rows, as two filters that exclude each other should give)."""
+    wanted: set[int] = set()
+    if team_id:
+        number = _integer("team_id", team_id, 0)
+        wanted.add(number if -2**31 <= number < 2**31 else -1)  # past a 32-bit column: no team, not a 500
+    if team:
+        found = await UsageRepository(services(request).db).team_id(key.org_slug, team)
+        if found is None:
+            raise NotFound(f"No team {team!r} in this org", param="team")
+        wanted.add(found)
+    if not wanted:
+        return None
+    return wanted.pop() if len(wanted) == 1 else -1
+
+
+# The query both routes share. `org` is accepted and ignored; `key_id`, `user_id`, `team` and
+# `team_id` too for a self-scoped key, which only ever sees its own rows. An admin key filters by them.
 async def usage_query(request: Request, key: KeyRecord = Depends(long_lived_key), model: str | None = None,
                       workspace: str | None = None, deployment: str | None = None,
                       metadata: str | None = Query(None, description="URL-encoded JSON object; containment"),
@@ -142,14 +161,16 @@ async def usage_query(request: Request, key: KeyRecord = Depends(long_lived_key)
                       org: str | None = None,
                       key_id: str | None = Query(None, description="admin keys: one key of the org"),
                       user_id: str | None = Query(None, description="admin keys: one user of the org"),
-                      team_id: str | None = None) -> UsageQuery:
+                      team: str | None = Query(None, description="admin keys: one team of the org, by name"),
+                      team_id: str | None = Query(None, description="admin keys: one team, by id")) -> UsageQuery:
     """The caller's rows (its org's for an admin key) in the window, filtered."""
     since, to = _window(start, end)
     admin = key.type == "admin"
     await services(request).writer.settle()  # rows whose replies have left, still in a journal
     return UsageQuery(key_ids=await _scope(request, key, key_id), start=since, end=to, model=model,
                       workspace=workspace, deployment=deployment, metadata=_metadata(metadata),
-                      user_id=user_id if admin and user_id else None)
+                      user_id=user_id if admin and user_id else None,
+                      team_id=await _team(request, key, team, team_id) if admin else None)
 
 
 @router.get("/v1/usage", response_model=UsagePage)
@@ -166,16 +187,17 @@ async def list_usage(request: Request, query: UsageQuery = Depends(usage_query),
 @router.get("/v1/usage/summary", response_model=UsageSummary)
 async def usage_summary(request: Request, key: KeyRecord = Depends(long_lived_key),
                         query: UsageQuery = Depends(usage_query),
-                        group_by: str | None = Query(None, description="model, workspace, key_id, user_id, day "
-                                                                        "or metadata.<tag_key>"),
+                        group_by: str | None = Query(None, description="model, workspace, key_id, user_id, team, "
+                                                                        "day or metadata.<tag_key>"),
                         limit: str | None = None, offset: str | None = None) -> Response:
     """Totals per group, by cost descending."""
     if not group_by:
-        raise InvalidRequest("group_by: required (model, workspace, key_id, user_id, day or metadata.<tag_key>)",
+        raise InvalidRequest("group_by: required (model, workspace, key_id, user_id, team, day or "
+                             "metadata.<tag_key>)",
                              param="group_by")
     if group_by not in GROUPS and not (group_by.startswith("metadata.") and len(group_by) > len("metadata.")):
         raise InvalidRequest(f"group_by: unknown value {group_by!r}; expected model, workspace, key_id, user_id, "
-                             "day or metadata.<tag_key>", param="group_by")
+                             "team, day or metadata.<tag_key>", param="group_by")
     if query.end - query.start > MAX_SUMMARY_WINDOW:
         raise InvalidRequest("from/to: the summary window may not exceed 366 days", param="from")
     page, skip = _paging(limit, offset)

@@ -41,7 +41,7 @@ def _group_option(value: str) -> str:
 @click.option("--key", "access_key_id", default=None, help="A long-lived key's access key id.")
 @click.option("--org", "org_slug", default=None, help="An org slug: every key of the org.")
 @click.option("--group-by", "group_by", default="model", show_default=True,
-              help="model, workspace, deployment, key_id, user_id, day or metadata.<tag_key>.")
+              help="model, workspace, deployment, key_id, user_id, team, day or metadata.<tag_key>.")
 @click.option("--from", "start", default=None, help="Inclusive; RFC 3339 or YYYY-MM-DD (default: 30 days ago).")
 @click.option("--to", "end", default=None, help="Exclusive; RFC 3339 or YYYY-MM-DD (default: now).")
 def usage(access_key_id: str | None, org_slug: str | None, group_by: str, start: str | None,

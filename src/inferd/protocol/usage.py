@@ -21,6 +21,7 @@ class UsageRow(BaseModel):
     cost_usd: float
     created_at: str  # RFC 3339, UTC
     team_id: int | None
+    team: str | None  # the team's name (issue 28); null with no team
     metadata: dict[str, str] | None
 
 

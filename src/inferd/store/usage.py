@@ -21,7 +21,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import cast
 
-from inferd.store.tables import api_keys, orgs, usage_rollup, usage_rows
+from inferd.store.tables import api_keys, orgs, teams, usage_rollup, usage_rows
 
 _SEP = "\x1f"
 _NONE = "\x01"  # stands for NULL in the hash (PostgreSQL text cannot hold NUL)
@@ -111,6 +111,7 @@ class UsageQuery:
     deployment: str | None = None
     metadata: dict[str, str] | None = None
     user_id: str | None = None  # not a rollup dimension: a query with it reads rows only
+    team_id: int | None = None  # nor is the row's team (issue 28): rows only too
 
 
 @dataclass
@@ -208,7 +209,7 @@ class UsageRepository:
     def _filters(self, table: Any, query: UsageQuery, sql_metadata: bool) -> list[ColumnElement[bool]]:
         keys = table.c.key_id == query.key_ids[0] if len(query.key_ids) == 1 else table.c.key_id.in_(query.key_ids)
         clauses: list[ColumnElement[bool]] = [keys]
-        for name in ("model", "workspace", "deployment", "user_id"):
+        for name in ("model", "workspace", "deployment", "user_id", "team_id"):
             value = getattr(query, name)
             if value is not None:
                 clauses.append(table.c[name] == value)
@@ -230,13 +231,16 @@ class UsageRepository:
         async with self._engine.connect() as conn:
             end = query.end
             if offset >= SEEK_FROM_OFFSET and (query.metadata or query.deployment is not None) \
-                    and query.user_id is None:  # the rollup counts the seek reads know no users
+                    and query.user_id is None and query.team_id is None:  # the rollup knows no users, no teams
                 end, offset = await self._seek(conn, query, offset)
             ids = (select(usage_rows.c.id)
                    .where(*self._filters(usage_rows, query, True), usage_rows.c.created_at >= query.start,
                           usage_rows.c.created_at < end)
                    .order_by(*newest_first).limit(limit).offset(offset)).subquery()
-            stmt = select(usage_rows).join(ids, usage_rows.c.id == ids.c.id).order_by(*newest_first)
+            # The team's current name beside the row's team id (NULL: no team, or a team since deleted).
+            stmt = (select(usage_rows, teams.c.name.label("team"))
+                    .join(ids, usage_rows.c.id == ids.c.id)
+                    .outerjoin(teams, teams.c.id == usage_rows.c.team_id).order_by(*newest_first))
             return [dict(row) for row in (await conn.execute(stmt)).mappings()]
 
     async def _seek(self, conn: AsyncConnection, query: UsageQuery, offset: int) -> tuple[datetime, int]:
@@ -311,6 +315,8 @@ class UsageRepository:
                 keys.append(func.to_char(usage_rows.c.created_at, "YYYY-MM-DD"))
             else:
                 keys.append(func.substr(usage_rows.c.created_at, 1, 10))
+        elif group == "team":  # rows only: the team the row was charged under, by id (named later)
+            keys.append(usage_rows.c.team_id)
         elif group is not None and not group.startswith("metadata."):
             keys.append(table.c[group])
         if query.metadata or (group or "").startswith("metadata."):
@@ -320,13 +326,17 @@ class UsageRepository:
         return stmt.group_by(*keys) if keys else stmt
 
     async def summary(self, query: UsageQuery, group: str | None) -> list[SummaryGroup]:
-        """Totals per group (`model`, `workspace`, `deployment`, `key_id`, `user_id`, `day`,
+        """Totals per group (`model`, `workspace`, `deployment`, `key_id`, `user_id`, `team`, `day`,
         `metadata.<tag>`, or None for one total), in no particular order. Whole months, days and
-        hours come from the rollup, the ragged minutes at either end from the rows (user_id, not a
-        rollup dimension: rows only)."""
+        hours come from the rollup, the ragged minutes at either end from the rows (user_id and team,
+        not rollup dimensions: rows only).
+
+        `team` groups by the team each row was charged under, not the key's team now: a key moved
+        between teams leaves its history with the old one. The rollup is kept per key, so it cannot
+        tell those apart; the rows can (the same trade-off as user_id)."""
         if not query.key_ids:
             return []
-        if group == "user_id" or query.user_id is not None:  # not a rollup dimension
+        if group in ("user_id", "team") or query.user_id is not None or query.team_id is not None:
             parts = [("rows", query.start, query.end)]
         else:
             parts = _ranges(query.start, query.end, months=group != "day")
@@ -358,7 +368,15 @@ class UsageRepository:
                     totals.cached_prompt_tokens += int(sums[2] or 0)
                     totals.completion_tokens += int(sums[3] or 0)
                     totals.cost_usd += float(sums[4] or 0.0)
+            if group == "team":
+                return await _named(conn, groups)
         return list(groups.values())
+
+    async def team_id(self, org_slug: str, name: str) -> int | None:
+        """The id of the org's team called `name`, or None when it has none."""
+        async with self._engine.connect() as conn:
+            return (await conn.execute(select(teams.c.id).join(orgs, orgs.c.id == teams.c.org_id).where(
+                orgs.c.slug == org_slug, teams.c.name == name))).scalar()
 
     async def org_key_ids(self, org_slug: str) -> tuple[str, ...] | None:
         """The access key ids of an org's long-lived keys (whose rows carry them), or None when no such org."""
@@ -369,6 +387,26 @@ class UsageRepository:
             found = await conn.execute(select(api_keys.c.access_key_id).where(
                 api_keys.c.org_id == org_id, api_keys.c.type != "user"))
             return tuple(found.scalars())
+
+
+async def _named(conn: AsyncConnection, by_id: dict[str | None, SummaryGroup]) -> list[SummaryGroup]:
+    """Team groups keyed by team id, renamed to the teams' current names. A caller sees one org's
+    rows, whose team names are unique; a team since deleted has no name and joins the null group."""
+    ids = [int(value) for value in by_id if value is not None]
+    names: dict[int, str] = {}
+    if ids:
+        found = await conn.execute(select(teams.c.id, teams.c.name).where(teams.c.id.in_(ids)))
+        names = {int(row[0]): str(row[1]) for row in found.all()}
+    merged: dict[str | None, SummaryGroup] = {}
+    for value, totals in by_id.items():
+        name = None if value is None else names.get(int(value))
+        into = merged.setdefault(name, SummaryGroup(name))
+        into.requests += totals.requests
+        into.prompt_tokens += totals.prompt_tokens
+        into.cached_prompt_tokens += totals.cached_prompt_tokens
+        into.completion_tokens += totals.completion_tokens
+        into.cost_usd += totals.cost_usd
+    return list(merged.values())
 
 
 def order_groups(groups: list[SummaryGroup]) -> list[SummaryGroup]:
