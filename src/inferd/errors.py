@@ -96,8 +96,21 @@ class UserAlreadyLinked(PermissionDenied):
                          "them could act as them", param="user_email")
 
 
+class OperatorLimit(PermissionDenied):
+    """An admin key reaching past what the operator (the command line) set for its org: widening the
+    org's models beyond the operator's list, or setting or lifting the org's budget (CONTRACT.md 23)."""
+
+    code = "operator_limit"
+
+
 class NotFound(InferdError):
     status, type, code = 404, "not_found_error", "not_found"
+
+
+class Conflict(InferdError):
+    """A change the current state refuses: a team name already taken, a team that keys still belong to."""
+
+    status, type, code = 409, "invalid_request_error", "conflict"
 
 
 class MethodNotAllowed(InferdError):

@@ -13,7 +13,9 @@ from tests.admin.conftest import AdminOrg, admin_call, chat, error, ok
 from tests.harness import Server, auth
 
 KEY_FIELDS = {"access_key_id", "name", "type", "user_email", "budget_usd", "rpm", "created_at", "revoked_at",
-              "spend_usd"}
+              "spend_usd",
+              # CONTRACT.md decision 23
+              "team", "tpm", "budget_period", "models", "model_limits", "expires_at", "period_start", "resets_at"}
 RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z")
 
 

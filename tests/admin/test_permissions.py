@@ -16,7 +16,10 @@ def routes(target: str) -> list[tuple[str, str, Any]]:
     return [("GET", "/keys", None), ("POST", "/keys", {"type": "admin"}), ("GET", f"/keys/{target}", None),
             ("PATCH", f"/keys/{target}", {"budget_usd": 0}), ("DELETE", f"/keys/{target}", None),
             ("GET", "/org", None), ("PATCH", "/org", {"models": []}), ("GET", "/deployments", None),
-            ("GET", "/audit", None)]
+            ("GET", "/audit", None),
+            # decision 23: teams
+            ("GET", "/teams", None), ("POST", "/teams", {"name": "perm"}), ("GET", "/teams/perm", None),
+            ("PATCH", "/teams/perm", {"rpm": 1}), ("DELETE", "/teams/perm", None)]
 
 
 @pytest.mark.parametrize("key_type", ["application", "user"])
@@ -39,7 +42,7 @@ def test_every_admin_route_works_with_an_admin_key(server: Server, org: AdminOrg
     target = server.create_key(org=org.slug).split(":")[0]
     statuses = [admin_call(server, org.admin, method, path, body).status_code
                 for method, path, body in routes(target)]
-    assert statuses == [200, 201, 200, 200, 200, 200, 200, 200, 200]
+    assert statuses == [200, 201, 200, 200, 200, 200, 200, 200, 200, 200, 201, 200, 200, 200]
 
 
 def test_admin_routes_need_a_key(server: Server) -> None:

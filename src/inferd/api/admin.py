@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from inferd.api import admin_teams
 from inferd.api.deps import admin_key, services
 from inferd.protocol.admin import (AuditList, CreatedKey, DeploymentList, KeyCreateRequest, KeyList, KeyObject,
                                    KeyUpdateRequest, OrgSettings, OrgUpdateRequest)
@@ -15,6 +16,8 @@ from inferd.services.admin import Administration
 from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["admin"])
+router.include_router(admin_teams.router)  # /v1/admin/teams: one resource per module
+GOVERNANCE = {"team", "tpm", "budget_period", "models", "expires_in", "expires_at"}  # CONTRACT.md decision 23
 
 
 async def administration(request: Request) -> Administration:
@@ -35,7 +38,8 @@ async def create_key(body: KeyCreateRequest, admin: KeyRecord = Depends(admin_ke
                      service: Administration = Depends(administration)) -> dict[str, Any]:
     """Mint a key in the admin's org; `secret` and `full_key` are shown here only. A `user_email`
     whose user already signs in through the identity provider is 403 `user_already_linked`."""
-    return await service.create_key(admin, body.type, body.name, body.user_email, body.budget_usd, body.rpm)
+    return await service.create_key(admin, body.type, body.name, body.user_email, body.budget_usd, body.rpm,
+                                    body.model_dump(include=body.model_fields_set & GOVERNANCE))
 
 
 @router.get("/v1/admin/keys/{access_key_id}", response_model=KeyObject)
@@ -48,7 +52,9 @@ async def get_key(access_key_id: str, admin: KeyRecord = Depends(admin_key),
 @router.patch("/v1/admin/keys/{access_key_id}", response_model=KeyObject)
 async def update_key(access_key_id: str, body: KeyUpdateRequest, admin: KeyRecord = Depends(admin_key),
                      service: Administration = Depends(administration)) -> dict[str, Any]:
-    """Change `name`, `budget_usd`, `rpm` (null removes a limit); obeyed from the next request on."""
+    """Change `name`, `budget_usd`, `rpm`, `team`, `tpm`, `budget_period`, `models`, `expires_in` or
+    `expires_at` (null removes a limit); obeyed from the next request on. An unknown team is 404,
+    models wider than the team's or org's 400."""
     return await service.update_key(admin, access_key_id, body.model_dump(include=body.model_fields_set))
 
 
@@ -77,7 +83,8 @@ async def get_org(admin: KeyRecord = Depends(admin_key),
 @router.patch("/v1/admin/org", response_model=OrgSettings)
 async def update_org(body: OrgUpdateRequest, admin: KeyRecord = Depends(admin_key),
                      service: Administration = Depends(administration)) -> dict[str, Any]:
-    """Change any of `models` (a list or "*"), `file_attachments`, `web_search`."""
+    """Change any of `models` (a list within the operator's, or "*": all of the operator's),
+    `file_attachments`, `web_search`; wider models, or the org's budget, are 403 `operator_limit`."""
     return await service.update_org(admin, body.model_dump(include=body.model_fields_set))
 
 

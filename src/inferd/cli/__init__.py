@@ -1,4 +1,4 @@
-"""The `inferd` command line (CONTRACT.md): serve, orgs, keys."""
+"""The `inferd` command line (CONTRACT.md): serve, orgs, teams, keys."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from inferd.cli.batch_worker import batch_worker
 from inferd.cli.keys import keys
 from inferd.cli.orgs import orgs
 from inferd.cli.serve import serve
+from inferd.cli.teams import teams
 from inferd.cli.usage import usage
 
 
@@ -20,6 +21,7 @@ def main() -> None:
 main.add_command(serve)
 main.add_command(orgs)
 main.add_command(keys)
+main.add_command(teams)
 main.add_command(batch_worker)
 main.add_command(batch)
 main.add_command(usage)

@@ -12,32 +12,43 @@ the audit entry says so (`linked_user: true`).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.cli.common import run_with_db, settings_from_env
+from inferd.cli.governance import PERIOD, PERIOD_HELP, catalogue_names, model_list, refusals, team_name
 from inferd.cli.orgs import record_creation
 from inferd.errors import UserAlreadyLinked
-from inferd.limits.periods import parse_duration
+from inferd.limits.periods import parse_duration, since
 from inferd.store.audit import CLI_ACTOR, AuditEntry
 from inferd.store.keys import MAX_ROTATION_GRACE_S, KeyRepository
-from inferd.store.orgs import OrgRepository
+from inferd.services.key_settings import key_changes, shown_settings
+from inferd.services.model_lists import NamesOf
+from inferd.store.orgs import Org, OrgRepository
+from inferd.store.teams import TeamRepository
 from inferd.store.users import UserRepository
 
 
 async def create_key(engine: AsyncEngine, org_slug: str, key_type: str, name: str | None = None,
                      user_email: str | None = None, budget_usd: float | None = None,
                      rpm: int | None = None, actor: str | None = None,
-                     allow_linked_user: bool = False) -> tuple[str, str]:
+                     allow_linked_user: bool = False, governance: Mapping[str, Any] | None = None,
+                     names_of: NamesOf = lambda name: None) -> tuple[str, str]:
     """Mint a long-lived key (creating the org when missing); returns (access key id, secret).
     With `actor` the creation (and the org's, when new) is recorded in the audit log (the commands
     do; the test harness and the first start's bootstrap key do not). A `user_email` whose user an
-    idp subject owns raises UserAlreadyLinked unless `allow_linked_user`."""
+    idp subject owns raises UserAlreadyLinked unless `allow_linked_user`. `governance`: decision
+    23's team, tpm, budget_period, models (checked with `names_of`) and expires_in, checked before
+    anything, the org included, is written (InferdError otherwise)."""
     repo = OrgRepository(engine)
     org = await repo.get_by_slug(org_slug)
+    keys_repo = KeyRepository(engine)
+    # A new org is checked as the one it would be (no teams, every model), then created.
+    settings = await key_changes(TeamRepository(engine, keys_repo), org or Org(0, org_slug, None, True, False),
+                                 governance or {}, names_of)
     if org is None:
         org = await repo.create(org_slug)
         if actor is not None:
@@ -48,13 +59,14 @@ async def create_key(engine: AsyncEngine, org_slug: str, key_type: str, name: st
         if linked and not allow_linked_user:
             raise UserAlreadyLinked(user_email)
     access_key_id, secret = mint()
-    details = {"type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm}
+    details = {"type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm,
+               **shown_settings(governance or {}, settings)}
     if linked:
         details["linked_user"] = True
     audit = None if actor is None else AuditEntry(actor, "key.create", access_key_id, details)
-    await KeyRepository(engine).create(access_key_id=access_key_id, secret_hash=hash_secret(secret),
-                                       key_type=key_type, org_id=org.id, name=name, user_id=user_id,
-                                       budget_usd=budget_usd, rpm=rpm, audit=audit)
+    await keys_repo.create(access_key_id=access_key_id, secret_hash=hash_secret(secret), key_type=key_type,
+                           org_id=org.id, name=name, user_id=user_id, budget_usd=budget_usd, rpm=rpm, audit=audit,
+                           **settings)
     return access_key_id, secret
 
 
@@ -71,21 +83,34 @@ def keys() -> None:
 @click.option("--allow-linked-user", is_flag=True,
               help="Bind the key even to a user who already signs in through the identity provider (the key "
                    "can then act as that user).")
-@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="Monthly budget in USD.")
+@click.option("--budget-usd", type=click.FloatRange(min=0), default=None,
+              help="Budget in USD per --budget-period (monthly by default).")
 @click.option("--rpm", type=click.IntRange(min=1), default=None, help="Requests per minute.")
+@click.option("--team", default=None, help="The team of the org the key belongs to.")
+@click.option("--tpm", type=click.IntRange(min=1), default=None, help="Tokens per minute.")
+@click.option("--budget-period", type=PERIOD, default=None, help=PERIOD_HELP)
+@click.option("--models", default=None,
+              help="Model ids or aliases, comma-separated, within its team's and org's (default: theirs).")
+@click.option("--expires-in", default=None, help="Expire the key after this long: 30d, 12h, 15m.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def create(org_slug: str, key_type: str, name: str | None, user_email: str | None, allow_linked_user: bool,
-           budget_usd: float | None, rpm: int | None, as_json: bool) -> None:
+           budget_usd: float | None, rpm: int | None, team: str | None, tpm: int | None, budget_period: str | None,
+           models: str | None, expires_in: str | None, as_json: bool) -> None:
     """Mint a key; the secret is shown once and stored only as a hash."""
+    governance = {name: value for name, value in (("team", team and team_name(team)), ("tpm", tpm),
+                                                  ("budget_period", budget_period), ("expires_in", expires_in),
+                                                  ("models", models and model_list(models))) if value is not None}
+    names_of = catalogue_names(settings_from_env()) if models is not None else (lambda name: None)
 
     async def work(engine: AsyncEngine) -> tuple[str, str]:
         return await create_key(engine, org_slug, key_type, name, user_email, budget_usd, rpm, actor=CLI_ACTOR,
-                                allow_linked_user=allow_linked_user)
+                                allow_linked_user=allow_linked_user, governance=governance, names_of=names_of)
 
-    try:
-        access_key_id, secret = run_with_db(settings_from_env(), work)
-    except UserAlreadyLinked as exc:
-        raise click.ClickException(f"{exc.message}; pass --allow-linked-user to bind the key anyway") from None
+    with refusals():  # an unknown team, models wider than allowed, a malformed duration
+        try:
+            access_key_id, secret = run_with_db(settings_from_env(), work)
+        except UserAlreadyLinked as exc:
+            raise click.ClickException(f"{exc.message}; pass --allow-linked-user to bind the key anyway") from None
     full_key = f"{access_key_id}:{secret}"
     if as_json:
         click.echo(json.dumps({"access_key_id": access_key_id, "secret": secret, "full_key": full_key,
@@ -141,28 +166,56 @@ def rotate(access_key_id: str, grace: str, as_json: bool) -> None:
 @keys.command("update")
 @click.argument("access_key_id")
 @click.option("--name", default=None, help="A new name.")
-@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="A new monthly budget in USD.")
-@click.option("--no-budget", is_flag=True, help="Remove the monthly budget.")
+@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="A new budget in USD.")
+@click.option("--no-budget", is_flag=True, help="Remove the budget.")
+@click.option("--budget-period", type=PERIOD, default=None, help=PERIOD_HELP)
 @click.option("--rpm", type=click.IntRange(min=1), default=None, help="A new requests-per-minute limit.")
 @click.option("--no-rpm", is_flag=True, help="Remove the requests-per-minute limit.")
-def update(access_key_id: str, name: str | None, budget_usd: float | None, no_budget: bool, rpm: int | None,
-           no_rpm: bool) -> None:
-    """Change a key's name, budget or rate limit; running servers obey it from the next request."""
-    if budget_usd is not None and no_budget or rpm is not None and no_rpm:
-        raise click.UsageError("give a new limit or remove it, not both")
+@click.option("--tpm", type=click.IntRange(min=1), default=None, help="A new tokens-per-minute limit.")
+@click.option("--no-tpm", is_flag=True, help="Remove the tokens-per-minute limit.")
+@click.option("--team", default=None, help="Move the key to this team of its org.")
+@click.option("--no-team", is_flag=True, help="Take the key out of its team.")
+@click.option("--models", default=None, help="Model ids or aliases, comma-separated, within its team's and org's.")
+@click.option("--no-models", is_flag=True, help="Allow every model its team and org allow.")
+@click.option("--expires-in", default=None, help="Expire the key this long from now: 30d, 12h, 15m.")
+@click.option("--no-expiry", is_flag=True, help="The key never expires.")
+def update(access_key_id: str, name: str | None, budget_usd: float | None, no_budget: bool,
+           budget_period: str | None, rpm: int | None, no_rpm: bool, tpm: int | None, no_tpm: bool,
+           team: str | None, no_team: bool, models: str | None, no_models: bool, expires_in: str | None,
+           no_expiry: bool) -> None:
+    """Change a key's name, budget, rate limits, team, models or expiry; running servers obey it from
+    the next request."""
     changes: dict[str, Any] = {}
-    if name is not None:
-        changes["name"] = name
-    if budget_usd is not None or no_budget:
-        changes["budget_usd"] = budget_usd
-    if rpm is not None or no_rpm:
-        changes["rpm"] = rpm
+    for key, value, remove in (("budget_usd", budget_usd, no_budget), ("rpm", rpm, no_rpm), ("tpm", tpm, no_tpm),
+                               ("team", team and team_name(team), no_team),
+                               ("models", models and model_list(models), no_models),
+                               ("expires_in", expires_in, no_expiry)):
+        if value is not None and remove:
+            raise click.UsageError("give a new limit or remove it, not both")
+        if value is not None or remove:
+            changes[key] = value
+    if no_expiry:  # never expires
+        changes["expires_at"] = changes.pop("expires_in")
+    for key, value in (("name", name), ("budget_period", budget_period)):
+        if value is not None:
+            changes[key] = value
     if not changes:
-        raise click.UsageError("nothing to change: give --name, --budget-usd, --no-budget, --rpm or --no-rpm")
+        raise click.UsageError("nothing to change: give --name, --budget-usd, --budget-period, --rpm, --tpm, "
+                               "--team, --models, --expires-in or one of their --no- options")
+    names_of = catalogue_names(settings_from_env()) if models is not None else (lambda name: None)
 
     async def work(engine: AsyncEngine) -> bool:
-        return await KeyRepository(engine).update(access_key_id, None, changes, CLI_ACTOR)
+        keys_repo = KeyRepository(engine)
+        org_id = await keys_repo.org_of(access_key_id)
+        org = await OrgRepository(engine).get(org_id) if org_id is not None else None
+        if org is None:
+            return False
+        view = (await keys_repo.administered(org.id, since, access_key_id))[0]  # its team and models now
+        settings = await key_changes(TeamRepository(engine, keys_repo), org, changes, names_of, view.team,
+                                     view.models)
+        return await keys_repo.update(access_key_id, None, settings, CLI_ACTOR)
 
-    if not run_with_db(settings_from_env(), work):
-        raise click.ClickException(f"no application or admin key {access_key_id}")
+    with refusals():  # an unknown team, models wider than allowed, a malformed duration
+        if not run_with_db(settings_from_env(), work):
+            raise click.ClickException(f"no application or admin key {access_key_id}")
     click.echo(f"updated {access_key_id}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))

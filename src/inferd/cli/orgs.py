@@ -1,6 +1,7 @@
-"""`inferd orgs create SLUG [--models ID,ID|*] [--no-file-attachments] [--web-search]` and
-`inferd orgs update SLUG …` (recorded in the org's audit log, `org.create` and `org.update`, with
-the actor `cli`)."""
+"""`inferd orgs create SLUG [--models ID,ID|*] [--no-file-attachments] [--web-search] [--budget-usd X
+--budget-period P]` and `inferd orgs update SLUG …` (recorded in the org's audit log, `org.create`
+and `org.update`, with the actor `cli`). The org's models and budget set here are the operator's
+ceilings: its admin may narrow the models, never widen them nor touch the budget (CONTRACT.md 23)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.cli.common import run_with_db, settings_from_env
+from inferd.cli.governance import PERIOD, PERIOD_HELP
 from inferd.store.audit import CLI_ACTOR, AuditEntry, AuditLog
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import Org, OrgRepository, models_setting, update_settings
@@ -22,9 +24,11 @@ def _allow_list(models: str) -> tuple[str, ...] | None:
 async def record_creation(engine: AsyncEngine, org: Org, actor: str = CLI_ACTOR) -> None:
     """The org's first audit entry: `org.create` with the settings it was created with (written
     right after the org, whose store commits it on its own)."""
-    await AuditLog(engine).record(org.id, AuditEntry(actor, "org.create", org.slug, {
-        "models": models_setting(org.allowed_models), "file_attachments": org.file_attachments,
-        "web_search": org.web_search}))
+    details = {"models": models_setting(org.allowed_models), "file_attachments": org.file_attachments,
+               "web_search": org.web_search}
+    if org.budget_usd is not None:
+        details.update(budget_usd=org.budget_usd, budget_period=org.budget_period)
+    await AuditLog(engine).record(org.id, AuditEntry(actor, "org.create", org.slug, details))
 
 
 @click.group()
@@ -37,7 +41,10 @@ def orgs() -> None:
 @click.option("--models", default="*", show_default=True, help="Allowed model ids or aliases, comma-separated, or *.")
 @click.option("--no-file-attachments", is_flag=True, help="Disable file attachments for the org.")
 @click.option("--web-search", is_flag=True, help="Enable web search for the org.")
-def create(slug: str, models: str, no_file_attachments: bool, web_search: bool) -> None:
+@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="A budget in USD for the whole org.")
+@click.option("--budget-period", type=PERIOD, default="month", show_default=True, help=PERIOD_HELP)
+def create(slug: str, models: str, no_file_attachments: bool, web_search: bool, budget_usd: float | None,
+           budget_period: str) -> None:
     """Create an organisation."""
     allowed = _allow_list(models)
 
@@ -45,7 +52,8 @@ def create(slug: str, models: str, no_file_attachments: bool, web_search: bool) 
         repo = OrgRepository(engine)
         if await repo.get_by_slug(slug) is not None:
             raise click.ClickException(f"org {slug!r} already exists")
-        org = await repo.create(slug, allowed, file_attachments=not no_file_attachments, web_search=web_search)
+        org = await repo.create(slug, allowed, file_attachments=not no_file_attachments, web_search=web_search,
+                                budget_usd=budget_usd, budget_period=budget_period)
         await record_creation(engine, org)
         return org
 
@@ -58,9 +66,19 @@ def create(slug: str, models: str, no_file_attachments: bool, web_search: bool) 
 @click.option("--models", default=None, help="Allowed model ids or aliases, comma-separated, or *.")
 @click.option("--file-attachments/--no-file-attachments", default=None, help="Enable or disable file attachments.")
 @click.option("--web-search/--no-web-search", default=None, help="Enable or disable web search.")
-def update(slug: str, models: str | None, file_attachments: bool | None, web_search: bool | None) -> None:
+@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="A budget in USD for the whole org.")
+@click.option("--budget-period", type=PERIOD, default=None, help=PERIOD_HELP)
+@click.option("--no-budget", is_flag=True, help="Remove the org's budget.")
+def update(slug: str, models: str | None, file_attachments: bool | None, web_search: bool | None,
+           budget_usd: float | None, budget_period: str | None, no_budget: bool) -> None:
     """Change an organisation's settings; running servers obey them from the next request."""
+    if budget_usd is not None and no_budget:
+        raise click.UsageError("give a new budget or remove it, not both")
     changes: dict[str, Any] = {}
+    if budget_usd is not None or no_budget:
+        changes["budget_usd"] = budget_usd
+    if budget_period is not None:
+        changes["budget_period"] = budget_period
     if models is not None:
         changes["models"] = _allow_list(models)
     if file_attachments is not None:
@@ -68,13 +86,14 @@ def update(slug: str, models: str | None, file_attachments: bool | None, web_sea
     if web_search is not None:
         changes["web_search"] = web_search
     if not changes:
-        raise click.UsageError("nothing to change: give --models, --[no-]file-attachments or --[no-]web-search")
+        raise click.UsageError("nothing to change: give --models, --[no-]file-attachments, --[no-]web-search, "
+                               "--budget-usd, --budget-period or --no-budget")
 
     async def work(engine: AsyncEngine) -> Org | None:
         org = await OrgRepository(engine).get_by_slug(slug)
         if org is None:
             return None
-        # Keys carry their org's allow-list: propagate drops every server's key cache.
+        # Keys carry their org's allow-list and budget: propagate drops every server's key cache.
         return await KeyRepository(engine).propagate(lambda conn: update_settings(conn, org.id, changes, CLI_ACTOR),
                                                       slug)
 

@@ -6,15 +6,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Strict: a budget is a JSON number and a limit a JSON integer, never a string or a boolean.
-BudgetUsd = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
-Rpm = Annotated[int, Field(ge=1, strict=True)]
-KeyName = Annotated[str, Field(min_length=1, max_length=256, strict=True)]
-Email = Annotated[str, Field(max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", strict=True)]
-ModelName = Annotated[str, Field(min_length=1, max_length=256, strict=True)]
+from inferd.protocol.admin_fields import BudgetUsd, Email, KeyGovernance, KeyName, ModelName, Period, Rpm
 
 
-class KeyCreateRequest(BaseModel):
+class KeyCreateRequest(KeyGovernance):
     """POST /v1/admin/keys: a key of the admin's org (user keys come from POST /v1/auth/exchange)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -26,7 +21,7 @@ class KeyCreateRequest(BaseModel):
     rpm: Rpm | None = None
 
 
-class KeyUpdateRequest(BaseModel):
+class KeyUpdateRequest(KeyGovernance):
     """PATCH /v1/admin/keys/{access_key_id}: only the fields sent change; null removes a limit."""
 
     model_config = ConfigDict(extra="forbid")
@@ -56,7 +51,16 @@ class KeyObject(BaseModel):
     rpm: int | None
     created_at: str  # RFC 3339, UTC
     revoked_at: str | None
-    spend_usd: float  # this UTC month
+    spend_usd: float  # in the budget's period under way
+    # decision 23
+    team: str | None
+    tpm: int | None
+    budget_period: Period
+    models: list[str] | None  # null: what its team and org allow
+    model_limits: dict[str, dict[str, int]] | None
+    expires_at: str | None  # RFC 3339, UTC
+    period_start: str | None  # YYYY-MM-DD (UTC); null for `total`
+    resets_at: str | None  # YYYY-MM-DD (UTC), the first day of the next period; null for `total`
 
 
 class CreatedKey(KeyObject):
@@ -83,11 +87,15 @@ class OrgSettings(BaseModel):
 
 
 class OrgUpdateRequest(BaseModel):
-    """PATCH /v1/admin/org: only the fields sent change (none of them may be null)."""
+    """PATCH /v1/admin/org: only the fields sent change (none of them may be null). `models` narrows
+    the operator's list (`"*"`: all of it); `budget_usd` and `budget_period` are the operator's to
+    set, so sending them is 403 `operator_limit` (decision 23)."""
 
     model_config = ConfigDict(extra="forbid")
 
     models: list[ModelName] | Literal["*"] | None = None
+    budget_usd: Any = None
+    budget_period: Any = None
     file_attachments: Annotated[bool, Field(strict=True)] | None = None
     web_search: Annotated[bool, Field(strict=True)] | None = None
 
@@ -118,7 +126,7 @@ class AuditEntryObject(BaseModel):
     at: str  # RFC 3339, UTC
     actor: str  # the admin key's access key id, "cli", or (user_key.mint) the owning key's id
     action: Literal["key.create", "key.update", "key.revoke", "org.create", "org.update", "user_key.mint",
-                    "batch.cancel", "file.delete", "key.rotate"]
+                    "batch.cancel", "file.delete", "key.rotate", "team.create", "team.update", "team.delete"]
     target: str  # an access key id, the org's slug, a user id (user_key.mint), a batch or file id
     details: dict[str, Any]
 

@@ -17,12 +17,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.catalogue import ModelCatalogue
-from inferd.errors import InvalidRequest, NotFound, UserAlreadyLinked
+from inferd.errors import InvalidRequest, NotFound, OperatorLimit, UserAlreadyLinked
 from inferd.limits.periods import since
+from inferd.services.key_settings import key_changes, period_fields, shown_settings, utc_naive
+from inferd.services.model_lists import NamesOf, known, names_in, narrowed
 from inferd.store.audit import AuditEntry, AuditLog, AuditRecord
 from inferd.store.db import iso
 from inferd.store.keys import KeyRecord, KeyRepository, KeyView
 from inferd.store.orgs import Org, OrgRepository, models_setting, update_settings
+from inferd.store.teams import TeamRepository
 from inferd.store.users import UserRepository
 
 
@@ -31,12 +34,16 @@ def key_object(view: KeyView) -> dict[str, Any]:
     return {"access_key_id": view.access_key_id, "name": view.name, "type": view.type,
             "user_email": view.user_email, "budget_usd": view.budget_usd, "rpm": view.rpm,
             "created_at": iso(view.created_at), "revoked_at": iso(view.revoked_at) if view.revoked_at else None,
-            "spend_usd": round(view.spend_usd, 10)}  # a float sum, rounded like the usage summary
+            "spend_usd": round(view.spend_usd, 10),  # a float sum, rounded like the usage summary
+            "team": view.team, "tpm": view.tpm, "budget_period": view.budget_period,
+            "models": list(view.models) if view.models is not None else None, "model_limits": view.model_limits,
+            "expires_at": iso(view.expires_at) if view.expires_at else None, **period_fields(view.budget_period)}
 
 
 def org_object(org: Org) -> dict[str, Any]:
-    """The wire form of an org's settings."""
-    return {"slug": org.slug, "models": models_setting(org.allowed_models), "file_attachments": org.file_attachments,
+    """The wire form of an org's settings (`models`: what its keys may use, the operator's list as its
+    admin narrowed it)."""
+    return {"slug": org.slug, "models": models_setting(org.models), "file_attachments": org.file_attachments,
             "web_search": org.web_search}
 
 
@@ -64,6 +71,8 @@ class Administration:
         self._keys = keys
         self._orgs = orgs
         self._catalogue = catalogue
+        self._teams = TeamRepository(db, keys)
+        self._names_of: NamesOf = names_in(model.config for model in catalogue.models)
 
     async def list_keys(self, admin: KeyRecord) -> list[dict[str, Any]]:
         """The org's application and admin keys, oldest first, revoked ones included."""
@@ -82,25 +91,35 @@ class Administration:
         return found[0]
 
     async def create_key(self, admin: KeyRecord, key_type: str, name: str | None, user_email: str | None,
-                         budget_usd: float | None, rpm: int | None) -> dict[str, Any]:
+                         budget_usd: float | None, rpm: int | None,
+                         governance: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Mint a key in the admin's org; the answer is the only place its secret ever appears. A user
         that an idp subject already owns is refused (403 `user_already_linked`): the key would mint
-        that user's keys on the exchange and so act as them."""
+        that user's keys on the exchange and so act as them. `governance`: decision 23's fields
+        (team, tpm, budget_period, models, expires_in or expires_at), checked before anything is written."""
+        settings = await key_changes(self._teams, await self._org(admin), self._wire(governance or {}),
+                                     self._names_of)
         user_id = None
         if user_email:
             user_id, linked = await UserRepository(self._db).email_user(admin.org_id, user_email)
             if linked:
                 raise UserAlreadyLinked(user_email)
         access_key_id, secret = mint()
-        details = {"type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm}
+        details = {"type": key_type, "name": name, "user_email": user_email, "budget_usd": budget_usd, "rpm": rpm,
+                   **shown_settings(governance or {}, settings)}
         await self._keys.create(access_key_id=access_key_id, secret_hash=hash_secret(secret), key_type=key_type,
                                 org_id=admin.org_id, name=name, user_id=user_id, budget_usd=budget_usd, rpm=rpm,
-                                audit=AuditEntry(admin.access_key_id, "key.create", access_key_id, details))
+                                audit=AuditEntry(admin.access_key_id, "key.create", access_key_id, details),
+                                **settings)
         created = key_object(await self._view(admin, access_key_id))
         return {**created, "secret": secret, "full_key": f"{access_key_id}:{secret}"}
 
     async def update_key(self, admin: KeyRecord, access_key_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Change a key's name, budget or rpm (None removes it)."""
+        """Change a key's name, budget, rpm, and decision 23's team, tpm, budget_period, models and
+        expiry (None removes a limit); everything is checked before anything is written."""
+        view = await self._view(admin, access_key_id)
+        changes = await key_changes(self._teams, await self._org(admin), self._wire(changes), self._names_of,
+                                    view.team, view.models)
         if not await self._keys.update(access_key_id, admin.org_id, changes, admin.access_key_id):
             raise NotFound(f"No key '{access_key_id}' in your organisation", code="key_not_found")
         return await self.get_key(admin, access_key_id)
@@ -140,35 +159,29 @@ class Administration:
 
     async def org(self, admin: KeyRecord) -> dict[str, Any]:
         """The admin's org settings."""
-        org = await self._orgs.get(admin.org_id)
-        if org is None:  # the key's org row is gone: nothing to administer
-            raise NotFound("Your organisation no longer exists", code="org_not_found")
-        return org_object(org)
+        return org_object(await self._org(admin))
 
     async def update_org(self, admin: KeyRecord, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Change the org's allow-list (`"*"`: every model) and feature flags."""
+        """Narrow the org's allow-list within the operator's (`"*"`: all of it; wider: 403
+        `operator_limit`) and change its feature flags. Its budget is the operator's (403 `operator_limit`)."""
         settings = dict(changes)
+        for name in ("budget_usd", "budget_period"):
+            if name in settings:
+                raise OperatorLimit(f"{name}: the organisation's budget is set by the operator (inferd orgs update)",
+                                    param=name)
         for name, value in settings.items():
             if value is None:
                 raise InvalidRequest(f"{name}: may not be null", param=name)
         if "models" in settings:
-            settings["models"] = self._allow_list(settings["models"])
+            models = settings.pop("models")
+            operator = (await self._org(admin)).allowed_models
+            settings["admin_models"] = None if models == "*" else narrowed(known(models, self._names_of), operator,
+                                                                           self._names_of)
         org = await self._keys.propagate(lambda conn: update_settings(conn, admin.org_id, settings,
                                                                       admin.access_key_id), "org")
         if org is None:
             raise NotFound("Your organisation no longer exists", code="org_not_found")
         return org_object(org)
-
-    def _allow_list(self, models: list[str] | str) -> tuple[str, ...] | None:
-        """`"*"`, or model ids and aliases of the catalogue (a typo would silently lock the org out)."""
-        if models == "*":
-            return None
-        known = {name for model in self._catalogue.models for name in (model.id, *model.config.aliases)}
-        for name in models:
-            if name not in known:
-                raise InvalidRequest(f"models: no model or alias '{name}' in the catalogue", param="models",
-                                     code="model_not_found")
-        return tuple(dict.fromkeys(models))  # ordered, without repeats
 
     def deployments(self, admin: KeyRecord) -> list[dict[str, Any]]:
         """The health, as this server's pools see it, of every deployment of the models the admin's

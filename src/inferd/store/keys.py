@@ -16,13 +16,15 @@ from inferd.store.audit import AuditEntry, write_entry
 from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.key_cache import KEYS_CHANNEL, KeyCache
-from inferd.store.key_limits import DEFAULT_PERIOD, Budget, Window, decode_model_limits, decode_models
+from inferd.store.key_limits import (DEFAULT_PERIOD, Budget, Window, decode_model_limits, decode_models,
+                                     encode_models)
 from inferd.store.orgs import decode_allowed
 from inferd.store.tables import api_keys, spend, teams, users
 
 T = TypeVar("T")
 ADMINISTERED_TYPES = ("application", "admin")  # user keys are minted by the exchange, not administered
-KEY_SETTINGS = ("name", "budget_usd", "rpm")  # what an admin may change on a key
+# What an admin may change on a key (`models` a tuple or None, `team_id` a team of the key's org).
+KEY_SETTINGS = ("name", "budget_usd", "rpm", "team_id", "tpm", "budget_period", "models", "expires_at")
 MAX_ROTATION_GRACE_S = 366 * 86400  # a rotated-out secret stays valid at most a year (a bound, not a policy)
 
 
@@ -112,6 +114,17 @@ def effective_models(operator: tuple[str, ...] | None, admin: tuple[str, ...] | 
     if operator is None:
         return admin
     return tuple(name for name in admin if name in operator)
+
+
+async def _shown(conn: AsyncConnection, name: str, value: Any) -> Any:
+    """A stored key setting as the audit log shows it: a team by its name, models as a list."""
+    if value is None:
+        return None
+    if name == "team_id":
+        return (await conn.execute(select(teams.c.name).where(teams.c.id == value))).scalar()
+    if name == "models":
+        return list(decode_models(value) or ())
+    return value
 
 
 def _model_windows(scope: str, owner: str, stored: str | None) -> list[Window]:
@@ -236,13 +249,16 @@ class KeyRepository:
     async def create(self, *, access_key_id: str, secret_hash: str, key_type: str, org_id: int,
                      name: str | None = None, user_id: int | None = None, budget_usd: float | None = None,
                      rpm: int | None = None, parent_key_id: int | None = None,
-                     expires_at: datetime | None = None, audit: AuditEntry | None = None) -> int:
+                     expires_at: datetime | None = None, audit: AuditEntry | None = None,
+                     team_id: int | None = None, tpm: int | None = None, budget_period: str | None = None,
+                     models: tuple[str, ...] | None = None) -> int:
         """Store a new key (its secret only as a hash), and `audit` in the same transaction; returns the row id."""
         async with self._engine.begin() as conn:
             result = await conn.execute(insert(api_keys).values(
                 access_key_id=access_key_id, secret_hash=secret_hash, type=key_type, org_id=org_id, name=name,
                 user_id=user_id, budget_usd=budget_usd, rpm=rpm, parent_key_id=parent_key_id,
-                expires_at=expires_at, created_at=utcnow()))
+                expires_at=expires_at, created_at=utcnow(), team_id=team_id, tpm=tpm, budget_period=budget_period,
+                models=encode_models(models)))
             if audit is not None:
                 await write_entry(conn, org_id, audit)
             return int(result.inserted_primary_key[0])
@@ -266,9 +282,9 @@ class KeyRepository:
         return await self.propagate(write, access_key_id)
 
     async def update(self, access_key_id: str, org_id: int | None, changes: Mapping[str, Any], actor: str) -> bool:
-        """Set some of a long-lived key's `name`, `budget_usd`, `rpm` (None removes a limit), recording
-        `key.update` by `actor` with each changed value's before and after; False when there is no
-        such key (in org `org_id`, when given)."""
+        """Set some of a long-lived key's KEY_SETTINGS (None removes a limit), recording `key.update` by
+        `actor` with each changed value's before and after (a team by its name); False when there is
+        no such key (in org `org_id`, when given)."""
 
         async def write(conn: AsyncConnection) -> bool:
             where = [api_keys.c.access_key_id == access_key_id, api_keys.c.type.in_(ADMINISTERED_TYPES)]
@@ -280,8 +296,13 @@ class KeyRepository:
                 return False
             values = {name: changes[name] for name in KEY_SETTINGS if name in changes}
             if values:
-                await conn.execute(update(api_keys).where(*where).values(**values))
-                details = {name: {"from": before[name], "to": value} for name, value in values.items()}
+                stored = {**values, "models": encode_models(values["models"])} if "models" in values else values
+                await conn.execute(update(api_keys).where(*where).values(**stored))
+                details = {}
+                for name in values:
+                    shown = "team" if name == "team_id" else name
+                    details[shown] = {"from": await _shown(conn, name, before[name]),
+                                      "to": await _shown(conn, name, stored[name])}
                 await write_entry(conn, int(before["org_id"]), AuditEntry(actor, "key.update", access_key_id,
                                                                           details))
             return True
@@ -340,6 +361,12 @@ class KeyRepository:
                 api_keys.c.type == "user", api_keys.c.expires_at < before,
                 ~exists().where(child.c.parent_key_id == api_keys.c.id)))
         return int(result.rowcount or 0)
+
+    async def org_of(self, access_key_id: str) -> int | None:
+        """The org id of an application or admin key, or None when there is no such key."""
+        async with self._engine.connect() as conn:
+            return (await conn.execute(select(api_keys.c.org_id).where(
+                api_keys.c.access_key_id == access_key_id, api_keys.c.type.in_(ADMINISTERED_TYPES)))).scalar()
 
     async def administered(self, org_id: int, since: Callable[[str], str | None],
                            access_key_id: str | None = None) -> list["KeyView"]:

@@ -1,4 +1,8 @@
-"""Organisations: slug, allowed models, feature flags."""
+"""Organisations: slug, allowed models, feature flags, and the operator's budget.
+
+Two allow-lists: `allowed_models`, the operator's (the command line's) ceiling, and `admin_models`,
+what the org's admin narrowed it to (CONTRACT.md decision 23); calls obey both.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.audit import AuditEntry, write_entry
 from inferd.store.db import utcnow
+from inferd.store.key_limits import DEFAULT_PERIOD, decode_models, encode_models
 from inferd.store.tables import orgs
 
 
@@ -23,6 +28,16 @@ class Org:
     allowed_models: tuple[str, ...] | None  # None: every model
     file_attachments: bool
     web_search: bool
+    budget_usd: float | None = None  # the operator's, for the whole org
+    budget_period: str = DEFAULT_PERIOD
+    admin_models: tuple[str, ...] | None = None  # the admin's narrowing; None: not narrowed
+
+    @property
+    def models(self) -> tuple[str, ...] | None:
+        """What the org's keys may use: the operator's list narrowed by the admin's."""
+        # Imported here: store/keys.py reads this module's decode_allowed at import.
+        from inferd.store.keys import effective_models
+        return effective_models(self.allowed_models, self.admin_models)
 
 
 def encode_allowed(models: tuple[str, ...] | None) -> str:
@@ -58,14 +73,15 @@ class OrgRepository:
             return len((await conn.execute(select(orgs.c.id).limit(1))).all())
 
     async def create(self, slug: str, allowed_models: tuple[str, ...] | None = None,
-                     file_attachments: bool = True, web_search: bool = False) -> Org:
+                     file_attachments: bool = True, web_search: bool = False, budget_usd: float | None = None,
+                     budget_period: str = DEFAULT_PERIOD) -> Org:
         """Create an org; the slug must be new."""
         async with self._engine.begin() as conn:
             result = await conn.execute(insert(orgs).values(
                 slug=slug, allowed_models=encode_allowed(allowed_models), file_attachments=file_attachments,
-                web_search=web_search, created_at=utcnow()))
+                web_search=web_search, created_at=utcnow(), budget_usd=budget_usd, budget_period=budget_period))
             org_id = result.inserted_primary_key[0]
-        return Org(org_id, slug, allowed_models, file_attachments, web_search)
+        return Org(org_id, slug, allowed_models, file_attachments, web_search, budget_usd, budget_period)
 
     async def get_or_create(self, slug: str) -> Org:
         """The org with this slug, created with defaults when missing."""
@@ -84,10 +100,11 @@ async def org_by_id(conn: AsyncConnection, org_id: int) -> Org | None:
 
 
 async def update_settings(conn: AsyncConnection, org_id: int, changes: Mapping[str, Any], actor: str) -> Org | None:
-    """Change some of an org's `models` (a tuple, None for every model), `file_attachments` and
-    `web_search` on `conn`, recording `org.update` by `actor` with each changed value's before and
-    after; None when no such org. Keys carry their org's allow-list, so run this through
-    `KeyRepository.propagate`."""
+    """Change some of an org's `models` (the operator's list: a tuple, None for every model),
+    `admin_models` (the admin's narrowing, None: none), `file_attachments`, `web_search`,
+    `budget_usd` (None: none) and `budget_period` on `conn`, recording `org.update` by `actor` with
+    each changed value's before and after (`models` as the keys obey it); None when no such org.
+    Keys carry their org's allow-list and budget, so run this through `KeyRepository.propagate`."""
     before = await org_by_id(conn, org_id)
     if before is None:
         return None
@@ -96,10 +113,19 @@ async def update_settings(conn: AsyncConnection, org_id: int, changes: Mapping[s
     if "models" in changes:
         values["allowed_models"] = encode_allowed(changes["models"])
         details["models"] = {"from": models_setting(before.allowed_models), "to": models_setting(changes["models"])}
+    if "admin_models" in changes:
+        values["admin_models"] = encode_models(changes["admin_models"])
+        after = Org(before.id, before.slug, before.allowed_models, before.file_attachments, before.web_search,
+                    admin_models=changes["admin_models"])
+        details["models"] = {"from": models_setting(before.models), "to": models_setting(after.models)}
     for flag in ("file_attachments", "web_search"):
         if flag in changes:
             values[flag] = bool(changes[flag])
             details[flag] = {"from": getattr(before, flag), "to": bool(changes[flag])}
+    for name in ("budget_usd", "budget_period"):
+        if name in changes:
+            values[name] = changes[name]
+            details[name] = {"from": getattr(before, name), "to": changes[name]}
     if not values:
         return before
     await conn.execute(update(orgs).where(orgs.c.id == org_id).values(**values))
@@ -107,7 +133,8 @@ async def update_settings(conn: AsyncConnection, org_id: int, changes: Mapping[s
     return await org_by_id(conn, org_id)
 
 
-def _org(row: object) -> Org:
+def _org(row: Any) -> Org:
     m = row  # a RowMapping
-    return Org(m["id"], m["slug"], decode_allowed(m["allowed_models"]), bool(m["file_attachments"]),  # type: ignore[index]
-               bool(m["web_search"]))  # type: ignore[index]
+    return Org(m["id"], m["slug"], decode_allowed(m["allowed_models"]), bool(m["file_attachments"]),
+               bool(m["web_search"]), m["budget_usd"], m["budget_period"] or DEFAULT_PERIOD,
+               decode_models(m["admin_models"]))

@@ -1,0 +1,65 @@
+"""What the governance commands share (CONTRACT.md decision 23): `ORG/TEAM`, model lists, the
+catalogue's names, and the service's refusals as command-line errors.
+
+The checks are the admin routes' own (services/key_settings.py, services/admin_teams.py), so the
+operator and an org's admin are refused the same things, and a refused command writes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from typing import Iterator
+
+import click
+
+from inferd.config import Settings
+from inferd.errors import ConfigError, InferdError
+from inferd.protocol.admin_fields import TEAM_NAME_PATTERN
+from inferd.services.model_lists import NamesOf, names_in
+from inferd.store.key_limits import PERIODS
+
+PERIOD = click.Choice(PERIODS)
+PERIOD_HELP = "The budget's period: day, week (from Monday), month (the default) or total (never resets), UTC."
+
+
+def org_team(value: str) -> tuple[str, str]:
+    """`ORG/TEAM` as (org slug, team name); a usage error when malformed."""
+    org, _, team = value.partition("/")
+    if not org or not re.fullmatch(TEAM_NAME_PATTERN, team):
+        raise click.BadParameter("expected ORG/TEAM, the team's name of letters, digits, '.', '_' or '-'",
+                                 param_hint="ORG/TEAM")
+    return org, team
+
+
+def team_name(value: str) -> str:
+    """A team's name (of the key's org); a usage error when malformed."""
+    if not re.fullmatch(TEAM_NAME_PATTERN, value):
+        raise click.BadParameter("a team's name is letters, digits, '.', '_' or '-'", param_hint="--team")
+    return value
+
+
+def model_list(value: str) -> list[str]:
+    """`a,b` as a list of names."""
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def catalogue_names(settings: Settings) -> NamesOf:
+    """The names of the configured catalogue's models (read only when a command names models: it
+    loads the engines' option lists)."""
+    from inferd.app import load_config  # the whole app: only for the commands that need it
+
+    try:
+        return names_in(load_config(settings)[0].models)
+    except ConfigError as exc:
+        raise click.ClickException(f"the configuration, needed to check --models, is wrong: {exc}") from None
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """The service's refusals (an unknown team, models wider than allowed, a team still in use) as
+    command-line errors (exit 1) with their message."""
+    try:
+        yield
+    except InferdError as exc:
+        raise click.ClickException(exc.message) from None
