@@ -83,13 +83,13 @@ def downgrade() -> None:
     op.execute("INSERT INTO key_spend (key_id, month, spend_usd) SELECT owner, substr(day, 1, 7), SUM(spend_usd) "
                "FROM spend WHERE scope = 'key' GROUP BY owner, substr(day, 1, 7)")
     op.drop_table("spend")
-    with op.batch_alter_table("orgs") as table:
-        table.drop_column("admin_models")
-        table.drop_column("budget_period")
-        table.drop_column("budget_usd")
     op.drop_index("ix_api_keys_team", table_name="api_keys")
     with op.batch_alter_table("api_keys") as table:
         for name in ("previous_secret_until", "previous_secret_hash", "model_limits", "models", "budget_period",
                      "tpm", "team_id"):
             table.drop_column(name)
-    op.drop_table("teams")
+    op.drop_table("teams")  # before orgs is rebuilt: SQLite refuses to drop a table a foreign key names
+    # ALTER TABLE ... DROP COLUMN (SQLite 3.35+, PostgreSQL) rather than a batch rebuild: SQLite
+    # cannot drop and recreate `orgs` while rows of other tables name it in foreign keys.
+    for name in ("admin_models", "budget_period", "budget_usd"):
+        op.execute(f"ALTER TABLE orgs DROP COLUMN {name}")
