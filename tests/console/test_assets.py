@@ -29,6 +29,7 @@ def test_page_loads_without_a_key(console_server: Server) -> None:
 @pytest.mark.parametrize("path, content_type", [
     ("/console/console.js", "text/javascript; charset=utf-8"),
     ("/console/usage.js", "text/javascript; charset=utf-8"),
+    ("/console/teams.js", "text/javascript; charset=utf-8"),
     ("/console/console.css", "text/css; charset=utf-8"),
     ("/console/vendor/alpine-csp.min.js", "text/javascript; charset=utf-8"),
     ("/console/vendor/chart.umd.min.js", "text/javascript; charset=utf-8"),

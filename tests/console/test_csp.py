@@ -23,7 +23,7 @@ def test_the_policy_allows_no_eval(console: Console) -> None:
 def test_every_page_renders_without_a_violation(console: Console, org: Org) -> None:
     page = console.page
     console.sign_in(org.admin, org.slug)
-    for tab in ("usage", "keys", "batches", "deployments"):
+    for tab in ("usage", "keys", "teams", "batches", "deployments"):
         console.go(tab)
     console.go("keys")
     page.click("#key-new")
@@ -42,6 +42,20 @@ def test_every_page_renders_without_a_violation(console: Console, org: Org) -> N
     row.locator(".key-revoke").click()
     expect(page.locator("#key-revoke-dialog")).to_be_visible()
     page.click("#revoke-cancel")
+    console.go("teams")
+    page.click("#team-new")
+    expect(page.locator("#team-dialog")).to_be_visible()
+    page.fill("#team-name", "csp-team")
+    page.fill("#team-budget", "5")
+    page.click("#team-submit")
+    team = page.locator('#teams-table tr[data-team="csp-team"]')
+    expect(team.locator("meter")).to_be_visible()
+    team.locator(".team-edit").click()
+    expect(page.locator("#team-dialog")).to_be_visible()
+    page.locator("#team-dialog button", has_text="Cancel").click()
+    team.locator(".team-delete").click()
+    expect(page.locator("#team-delete-dialog")).to_be_visible()
+    page.click("#team-delete-cancel")
     console.go("usage")
     page.select_option("#usage-split", "key_id")
     page.select_option("#usage-metric", "requests")

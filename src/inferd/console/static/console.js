@@ -2,6 +2,7 @@
 // usage page is in usage.js.
 // Alpine is its CSP build (no 'unsafe-eval'): index.html's attributes only read properties and
 // call methods, so whatever they show is computed here, in getters and methods.
+// The teams page is in teams.js.
 // The admin key lives in sessionStorage only and is sent as `Authorization: Bearer` to this
 // server's /v1 routes; nothing else is contacted.
 "use strict";
@@ -10,11 +11,15 @@ const KEY_ITEM = "inferd.console.key";
 const TABS = [
   { id: "usage", label: "Usage" },
   { id: "keys", label: "Keys" },
+  { id: "teams", label: "Teams" },
   { id: "batches", label: "Batches" },
   { id: "deployments", label: "Deployments" },
 ].map((tab) => ({ ...tab, href: `#/${tab.id}`, navId: `nav-${tab.id}` }));
 const REFRESH_MS = 5000;
 const BATCH_RUNNING = new Set(["validating", "in_progress", "finalizing", "cancelling"]);
+// A budget's period (CONTRACT.md decision 23): calendar UTC, the week from Monday; `total` never resets.
+const PERIODS = ["day", "week", "month", "total"];
+const PER_PERIOD = { day: "per day", week: "per week", month: "per month", total: "in total" };
 
 class ApiError extends Error {
   constructor(status, message, code) {
@@ -78,6 +83,18 @@ const format = {
     if (Number.isNaN(moment.getTime())) return String(value);
     return moment.toISOString().slice(0, 16).replace("T", " ") + " UTC";
   },
+  /** A budget's period as words: "per day", ..., "in total". */
+  per(period) {
+    return PER_PERIOD[period] || `per ${period}`;
+  },
+  /** When a key's or team's period under way ends (`resets_at`, a UTC day), or that it never does. */
+  resetText(item) {
+    return item.resets_at ? `resets ${item.resets_at}` : "never resets";
+  },
+  /** The budget with its period: "$5.00 per day", or "no budget". */
+  budgetText(item) {
+    return item.budget_usd === null ? "no budget" : `${format.money(item.budget_usd)} ${format.per(item.budget_period)}`;
+  },
 };
 
 function isoDay(date) {
@@ -93,6 +110,12 @@ function addDays(day, days) {
 function blankOrNumber(value, integer) {
   if (value === "" || value === null || value === undefined) return null;
   return integer ? parseInt(value, 10) : Number(value);
+}
+
+/** "a, b" (commas or spaces) as a list of names; blank: null. */
+function nameList(text) {
+  const names = String(text || "").split(/[\s,]+/).filter(Boolean);
+  return names.length ? names : null;
 }
 
 function download(blob, filename) {
@@ -176,7 +199,9 @@ document.addEventListener("alpine:init", () => {
 
   Alpine.data("keys", () => ({
     ...format,
+    periods: PERIODS,
     items: [],
+    teams: [], // the org's teams, for the team select of the dialogs
     hideRevoked: false,
     loading: false,
     busy: false,
@@ -231,7 +256,8 @@ document.addEventListener("alpine:init", () => {
       return key.budget_usd * 0.8;
     },
     statusText(key) {
-      return key.revoked_at ? `revoked ${this.when(key.revoked_at)}` : "active";
+      if (key.revoked_at) return `revoked ${this.when(key.revoked_at)}`;
+      return key.expires_at ? `active, expires ${this.when(key.expires_at)}` : "active";
     },
     dismissCreated() {
       this.created = null;
@@ -250,23 +276,39 @@ document.addEventListener("alpine:init", () => {
       } finally {
         this.loading = false;
       }
+      await this.loadTeams();
+    },
+    /** The org's teams (before a dialog opens, so that its select lists the current ones). */
+    async loadTeams() {
+      try {
+        this.teams = (await api("/v1/admin/teams")).data;
+      } catch (failure) {
+        this.error = `Could not load the teams: ${failure.message}`;
+      }
     },
     replace(key) {
       this.items = this.items.map((item) => (item.access_key_id === key.access_key_id ? key : item));
     },
-    openCreate() {
-      this.draft = { type: "application", name: "", user_email: "", budget_usd: "", rpm: "" };
+    async openCreate() {
+      await this.loadTeams();
+      this.draft = {
+        type: "application", name: "", user_email: "", team: "", budget_usd: "", budget_period: "month",
+        rpm: "", tpm: "",
+      };
       this.dialogError = "";
       this.$refs.createDialog.showModal();
     },
     async create() {
-      const body = { type: this.draft.type };
+      const body = { type: this.draft.type, budget_period: this.draft.budget_period };
       if (this.draft.name) body.name = this.draft.name;
       if (this.draft.user_email) body.user_email = this.draft.user_email;
+      if (this.draft.team) body.team = this.draft.team;
       const budget = blankOrNumber(this.draft.budget_usd, false);
       const rpm = blankOrNumber(this.draft.rpm, true);
+      const tpm = blankOrNumber(this.draft.tpm, true);
       if (budget !== null) body.budget_usd = budget;
       if (rpm !== null) body.rpm = rpm;
+      if (tpm !== null) body.tpm = tpm;
       await this.submit(async () => {
         const key = await api("/v1/admin/keys", { method: "POST", body });
         const { secret, full_key: fullKey, ...shown } = key;
@@ -290,12 +332,16 @@ document.addEventListener("alpine:init", () => {
       }
       this.copied = true;
     },
-    openEdit(key) {
+    async openEdit(key) {
+      await this.loadTeams();
       this.editing = key;
       this.draft = {
         name: key.name || "",
+        team: key.team || "",
         budget_usd: key.budget_usd === null ? "" : String(key.budget_usd),
+        budget_period: key.budget_period,
         rpm: key.rpm === null ? "" : String(key.rpm),
+        tpm: key.tpm === null ? "" : String(key.tpm),
       };
       this.dialogError = "";
       this.$refs.editDialog.showModal();
@@ -305,9 +351,13 @@ document.addEventListener("alpine:init", () => {
       const body = {};
       const budget = blankOrNumber(this.draft.budget_usd, false);
       const rpm = blankOrNumber(this.draft.rpm, true);
+      const tpm = blankOrNumber(this.draft.tpm, true);
       if ((this.draft.name || null) !== (key.name || null)) body.name = this.draft.name || null;
+      if ((this.draft.team || null) !== (key.team || null)) body.team = this.draft.team || null;
       if (budget !== key.budget_usd) body.budget_usd = budget;
+      if (this.draft.budget_period !== key.budget_period) body.budget_period = this.draft.budget_period;
       if (rpm !== key.rpm) body.rpm = rpm;
+      if (tpm !== key.tpm) body.tpm = tpm;
       await this.submit(async () => {
         if (Object.keys(body).length) {
           this.replace(await api(`/v1/admin/keys/${encodeURIComponent(key.access_key_id)}`, { method: "PATCH", body }));
