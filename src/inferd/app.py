@@ -163,7 +163,7 @@ async def build_services(settings: Settings) -> Services:
     writer.start()
     keys = KeyRepository(db, hot=hot, pg_cache=True)
     catalogue = ModelCatalogue(config.models, registry)
-    stage = CallStage(catalogue, writer, metrics, limits.count_tokens)
+    stage = CallStage(catalogue, writer, metrics, limits)
     health = HealthProber(catalogue)
     health.start()
     users = UserRepository(db)

@@ -144,6 +144,11 @@ class ModelCatalogue:
                 return False
         return True
 
+    def config_of(self, name: str) -> ModelConfig | None:
+        """The configuration of the model an id or alias names, or None."""
+        model = self._by_name.get(name)
+        return model.config if model is not None else None
+
     def resolve(self, name: str, key: KeyRecord) -> Model:
         """The model for an id or alias: 404 unknown, 403 not allowed, 503 in maintenance."""
         model = self._by_name.get(name)

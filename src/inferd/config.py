@@ -72,6 +72,9 @@ class ModelConfig:
     queue_timeout_s: float = 30.0
     weight: float = 1.0
     max_in_flight: int | None = None
+    # Requests and tokens per minute of every caller of this model together (CONTRACT.md decision 23).
+    rpm: int | None = None
+    tpm: int | None = None
 
     @property
     def deployment_name(self) -> str:
@@ -207,6 +210,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
     "cost": dict, "model_full_name": str, "description": str, "use_when": str,
     "timeout_s": (int, float), "model_icon_url": str, "owned_by": str, "prefix_cache": bool,
     "maintenance": bool, "supported_parameters": list, "builtin": bool, "deployment": str, "image_urls": str,
+    "rpm": int, "tpm": int,
 }
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
@@ -292,6 +296,9 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
         values["capabilities"] = (*values.get("capabilities", ()), "reasoning_effort")
     if "context_length" in values and values["context_length"] < 1:
         raise where.fail(table, "context_length", "must be a positive integer")
+    for key in ("rpm", "tpm"):
+        if key in values and values[key] < 1:
+            raise where.fail(table, key, "must be a positive integer")
     if "timeout_s" in values:
         if values["timeout_s"] <= 0:
             raise where.fail(table, "timeout_s", "must be positive")

@@ -41,11 +41,13 @@ def test_a_team_is_created_read_changed_and_deleted(server: Server, org: AdminOr
     created = team(server, org, budget_usd=5, budget_period="week", rpm=10, tpm=1000, models=["mock-chat", "fast"])
     monday = today() - timedelta(days=today().weekday())
     assert created == {"name": "ops", "budget_usd": 5.0, "budget_period": "week", "rpm": 10, "tpm": 1000,
-                       "models": ["mock-chat", "fast"], "spend_usd": 0.0, "period_start": monday.isoformat(),
+                       "models": ["mock-chat", "fast"], "model_limits": None, "spend_usd": 0.0,
+                       "period_start": monday.isoformat(),
                        "resets_at": (monday + timedelta(days=7)).isoformat()}
     bare = team(server, org, "bare")
     assert bare == {"name": "bare", "budget_usd": None, "budget_period": "month", "rpm": None, "tpm": None,
-                    "models": None, "spend_usd": 0.0, "period_start": today().replace(day=1).isoformat(),
+                    "models": None, "model_limits": None, "spend_usd": 0.0,
+                    "period_start": today().replace(day=1).isoformat(),
                     "resets_at": bare["resets_at"]}
     listed = ok(admin_call(server, org.admin, "GET", "/teams"))
     assert listed == {"object": "list", "data": [bare, created]}  # by name

@@ -17,7 +17,7 @@ from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["admin"])
 router.include_router(admin_teams.router)  # /v1/admin/teams: one resource per module
-GOVERNANCE = {"team", "tpm", "budget_period", "models", "expires_in", "expires_at"}  # CONTRACT.md decision 23
+GOVERNANCE = {"team", "tpm", "budget_period", "models", "model_limits", "expires_in", "expires_at"}  # CONTRACT.md decision 23
 
 
 async def administration(request: Request) -> Administration:

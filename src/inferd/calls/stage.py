@@ -29,6 +29,7 @@ from inferd.calls.route import PacedRoute, Route
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, Engine
 from inferd.errors import EngineError, EngineTimeout, EngineUnavailable, InferdError, ModelOverloaded, RelayedError
+from inferd.limits.base import Limits
 from inferd.metering import Usage, UsageRecorder, usage_for
 from inferd.observe.metrics import Metrics
 from inferd.observe.requests import current
@@ -96,11 +97,20 @@ class CallStage:
     """Routes, fails over and meters engine calls."""
 
     def __init__(self, catalogue: ModelCatalogue, writer: UsageRecorder, metrics: Metrics,
-                 count_tokens: Callable[[KeyRecord, int], Awaitable[None]] | None = None) -> None:
+                 limits: Limits | None = None) -> None:
         self._catalogue = catalogue
         self._writer = writer
         self.metrics = metrics
-        self._count_tokens = count_tokens  # the limits' tokens-per-minute windows
+        self._limits = limits  # the per-model windows, and the tokens every tpm window counts
+        self._model_tpm = any(m.config.rpm is not None or m.config.tpm is not None for m in catalogue.models)
+
+    async def _admit_model(self, key: KeyRecord, model: Model) -> None:
+        """The windows of the model asked for (the key's and team's `--model-limit`, the model's own
+        `rpm`/`tpm`): checked here, where every metered call of every route passes once it knows
+        its model. Fallbacks answer within the same admission."""
+        config = model.config
+        if self._limits is not None and (key.model_windows or config.rpm is not None or config.tpm is not None):
+            await self._limits.admit_model(key, config.id, config.rpm, config.tpm)
 
     def fallbacks(self, model: Model, key: KeyRecord, capability: type[Engine]) -> list[Model]:
         """The model's fallbacks the key may use now that can serve the same capability, in order."""
@@ -160,6 +170,7 @@ class CallStage:
         self._writer.active += 1
         try:
             try:
+                await self._admit_model(billing.key, model)
                 answer, answering, index = await self._first_answer(model, capability, billing.key, affinity, attempt,
                                                                      pacer=pacer)
             except _Exhausted as failed:
@@ -204,9 +215,16 @@ class CallStage:
         await self.tokens_used(key, usage)
 
     async def tokens_used(self, key: KeyRecord, usage: Usage) -> None:
-        """A call's tokens count in the tokens-per-minute windows of its key and team."""
-        if key.windows and self._count_tokens is not None:
-            await self._count_tokens(key, usage.prompt_tokens + usage.completion_tokens)
+        """A call's tokens count in the tokens-per-minute windows of its key, its team and its model."""
+        limits = self._limits
+        if limits is None:
+            return
+        config = self._catalogue.config_of(usage.model) if key.model_windows or self._model_tpm else None
+        if config is not None:
+            await limits.count_tokens(key, usage.prompt_tokens + usage.completion_tokens, config.id, config.rpm,
+                                      config.tpm)
+        elif key.windows:
+            await limits.count_tokens(key, usage.prompt_tokens + usage.completion_tokens)
 
     def metered_calls_left(self) -> None:
         """A stream that was counted as under way (for the writer's group commit) ended."""
@@ -235,6 +253,7 @@ class CallStage:
         # cost streams at concurrency 64 about 100 us of CPU each, gwbench).
         self._writer.active += 1
         try:
+            await self._admit_model(billing.key, model)
             (first, events), answering, index = await self._first_answer(model, ChatEngine, billing.key, affinity,
                                                                          first_batch, hold=True)
         except BaseException as exc:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import click
 
 from inferd.config import Settings
 from inferd.errors import ConfigError, InferdError
 from inferd.protocol.admin_fields import TEAM_NAME_PATTERN
-from inferd.services.model_lists import NamesOf, names_in
+from inferd.services.model_lists import NamesOf, model_limits, names_in, parse_model_limit
 from inferd.store.key_limits import PERIODS
 
 PERIOD = click.Choice(PERIODS)
@@ -63,3 +63,34 @@ def refusals() -> Iterator[None]:
         yield
     except InferdError as exc:
         raise click.ClickException(exc.message) from None
+
+
+ModelLimitChanges = tuple[dict[str, dict[str, int]], tuple[str, ...]]
+
+
+def model_limit_changes(given: tuple[str, ...], removed: tuple[str, ...]) -> ModelLimitChanges | None:
+    """`--model-limit MODEL:rpm=N,tpm=N` and `--no-model-limit MODEL` options as (windows to set,
+    models to clear); None when neither was given. A usage error when one is malformed."""
+    if not given and not removed:
+        return None
+    added: dict[str, dict[str, int]] = {}
+    for text in given:
+        try:
+            model, limits = parse_model_limit(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--model-limit") from None
+        added[model] = limits
+    return added, removed
+
+
+def merged_model_limits(current: Mapping[str, dict[str, int]] | None, change: ModelLimitChanges,
+                        names_of: NamesOf) -> dict[str, dict[str, int]] | None:
+    """A key's or team's per-model windows after `change` (keyed by canonical model id; an unknown
+    model is refused by the service's check)."""
+    added, removed = change
+    merged = dict(current or {})
+    for name in removed:
+        names = names_of(name) or (name,)
+        merged.pop(names[0], None)
+    merged.update(model_limits(added, names_of) or {})
+    return merged or None

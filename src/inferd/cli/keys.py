@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.cli.common import run_with_db, settings_from_env
-from inferd.cli.governance import PERIOD, PERIOD_HELP, catalogue_names, model_list, refusals, team_name
+from inferd.cli.governance import (PERIOD, PERIOD_HELP, catalogue_names, merged_model_limits, model_limit_changes,
+                                   model_list, refusals, team_name)
 from inferd.cli.orgs import record_creation
 from inferd.errors import UserAlreadyLinked
 from inferd.limits.periods import parse_duration, since
@@ -179,10 +180,14 @@ def rotate(access_key_id: str, grace: str, as_json: bool) -> None:
 @click.option("--no-models", is_flag=True, help="Allow every model its team and org allow.")
 @click.option("--expires-in", default=None, help="Expire the key this long from now: 30d, 12h, 15m.")
 @click.option("--no-expiry", is_flag=True, help="The key never expires.")
+@click.option("--model-limit", "model_limit", multiple=True, metavar="MODEL:rpm=N,tpm=N",
+              help="The key's own windows on one model (id or alias; repeat for several).")
+@click.option("--no-model-limit", "no_model_limit", multiple=True, metavar="MODEL",
+              help="Remove the key's windows on one model (repeat for several).")
 def update(access_key_id: str, name: str | None, budget_usd: float | None, no_budget: bool,
            budget_period: str | None, rpm: int | None, no_rpm: bool, tpm: int | None, no_tpm: bool,
            team: str | None, no_team: bool, models: str | None, no_models: bool, expires_in: str | None,
-           no_expiry: bool) -> None:
+           no_expiry: bool, model_limit: tuple[str, ...], no_model_limit: tuple[str, ...]) -> None:
     """Change a key's name, budget, rate limits, team, models or expiry; running servers obey it from
     the next request."""
     changes: dict[str, Any] = {}
@@ -199,10 +204,12 @@ def update(access_key_id: str, name: str | None, budget_usd: float | None, no_bu
     for key, value in (("name", name), ("budget_period", budget_period)):
         if value is not None:
             changes[key] = value
-    if not changes:
+    limits_given = model_limit_changes(model_limit, no_model_limit)
+    if not changes and limits_given is None:
         raise click.UsageError("nothing to change: give --name, --budget-usd, --budget-period, --rpm, --tpm, "
-                               "--team, --models, --expires-in or one of their --no- options")
-    names_of = catalogue_names(settings_from_env()) if models is not None else (lambda name: None)
+                               "--team, --models, --model-limit, --expires-in or one of their --no- options")
+    names_of = (catalogue_names(settings_from_env()) if models is not None or limits_given is not None
+                else (lambda name: None))
 
     async def work(engine: AsyncEngine) -> bool:
         keys_repo = KeyRepository(engine)
@@ -211,6 +218,8 @@ def update(access_key_id: str, name: str | None, budget_usd: float | None, no_bu
         if org is None:
             return False
         view = (await keys_repo.administered(org.id, since, access_key_id))[0]  # its team and models now
+        if limits_given is not None:
+            changes["model_limits"] = merged_model_limits(view.model_limits, limits_given, names_of)
         settings = await key_changes(TeamRepository(engine, keys_repo), org, changes, names_of, view.team,
                                      view.models)
         return await keys_repo.update(access_key_id, None, settings, CLI_ACTOR)
@@ -218,4 +227,5 @@ def update(access_key_id: str, name: str | None, budget_usd: float | None, no_bu
     with refusals():  # an unknown team, models wider than allowed, a malformed duration
         if not run_with_db(settings_from_env(), work):
             raise click.ClickException(f"no application or admin key {access_key_id}")
+
     click.echo(f"updated {access_key_id}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))

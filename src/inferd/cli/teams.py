@@ -11,7 +11,8 @@ import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.cli.common import run_with_db, settings_from_env
-from inferd.cli.governance import PERIOD, PERIOD_HELP, catalogue_names, model_list, org_team, refusals
+from inferd.cli.governance import (PERIOD, PERIOD_HELP, catalogue_names, merged_model_limits, model_limit_changes,
+                                   model_list, org_team, refusals)
 from inferd.limits.periods import since
 from inferd.services.admin_teams import team_object, team_settings
 from inferd.services.model_lists import NamesOf
@@ -83,8 +84,13 @@ def create(org_and_team: str, budget_usd: float | None, budget_period: str | Non
 @click.option("--no-rpm", is_flag=True, help="Remove the requests-per-minute limit.")
 @click.option("--no-tpm", is_flag=True, help="Remove the tokens-per-minute limit.")
 @click.option("--no-models", is_flag=True, help="Allow every model the org allows.")
+@click.option("--model-limit", "model_limit", multiple=True, metavar="MODEL:rpm=N,tpm=N",
+              help="The team's own windows on one model (id or alias; repeat for several).")
+@click.option("--no-model-limit", "no_model_limit", multiple=True, metavar="MODEL",
+              help="Remove the team's windows on one model (repeat for several).")
 def update(org_and_team: str, budget_usd: float | None, budget_period: str | None, rpm: int | None,
-           tpm: int | None, models: str | None, no_budget: bool, no_rpm: bool, no_tpm: bool, no_models: bool) -> None:
+           tpm: int | None, models: str | None, no_budget: bool, no_rpm: bool, no_tpm: bool, no_models: bool,
+           model_limit: tuple[str, ...], no_model_limit: tuple[str, ...]) -> None:
     """Change a team's budget, period, rate limits or models; running servers obey it from the next request."""
     slug, name = org_team(org_and_team)
     given: dict[str, Any] = {}
@@ -96,14 +102,21 @@ def update(org_and_team: str, budget_usd: float | None, budget_period: str | Non
             given[key] = model_list(value) if key == "models" and value is not None else value
     if budget_period is not None:
         given["budget_period"] = budget_period
-    if not given:
-        raise click.UsageError("nothing to change: give --budget-usd, --budget-period, --rpm, --tpm, --models "
-                               "or one of --no-budget, --no-rpm, --no-tpm, --no-models")
-    names_of = _names(models)
+    limits_given = model_limit_changes(model_limit, no_model_limit)
+    if not given and limits_given is None:
+        raise click.UsageError("nothing to change: give --budget-usd, --budget-period, --rpm, --tpm, --models, "
+                               "--model-limit or one of --no-budget, --no-rpm, --no-tpm, --no-models")
+    names_of = _names(models if limits_given is None else "")
 
     async def work(engine: AsyncEngine) -> bool:
         org = await _org(engine, slug)
-        return await _teams(engine).update(org.id, name, team_settings(org, given, names_of), CLI_ACTOR) is not None
+        repo = _teams(engine)
+        if limits_given is not None:
+            team = await repo.get(org.id, name)
+            if team is None:
+                return False
+            given["model_limits"] = merged_model_limits(team.model_limits, limits_given, names_of)
+        return await repo.update(org.id, name, team_settings(org, given, names_of), CLI_ACTOR) is not None
 
     with refusals():
         if not run_with_db(settings_from_env(), work):

@@ -140,12 +140,46 @@ class Limits:
                 if await self.spend.current(budget) >= budget.usd:
                     raise BudgetExceeded(budget_message(budget))
 
-    async def count_tokens(self, key: KeyRecord, tokens: int) -> None:
-        """A call of `key` used `tokens` (prompt and completion): they count in its tpm windows."""
-        if tokens > 0 and key.windows:
-            windows = [window for window in key.windows if window.tpm is not None]
-            if windows:
-                await self.rate.count_tokens(windows, tokens)
+    @staticmethod
+    def model_windows(key: KeyRecord, model: str, rpm: int | None = None, tpm: int | None = None
+                      ) -> list[Window]:
+        """The windows of one model a call of `key` counts in: the key's and its team's for that
+        model (`--model-limit`), and the model's own over all callers (`[[models]] rpm`, `tpm`)."""
+        windows = [window for window in key.model_windows if window.model == model]
+        if rpm is not None or tpm is not None:
+            windows.append(Window("model", "model:" + model, rpm, tpm, model))
+        return windows
+
+    async def admit_model(self, key: KeyRecord, model: str, rpm: int | None = None, tpm: int | None = None,
+                          units: int = 1) -> None:
+        """The per-model windows, once the model is known (after `admit`, which checked the key's
+        and team's): 429 when one is full. The headers keep the tightest of all."""
+        if not key.model_windows and rpm is None and tpm is None:
+            return
+        windows = self.model_windows(key, model, rpm, tpm)
+        if not windows:
+            return
+        wait, state = await self.rate.admit(windows, units)
+        note = current.get()
+        if note is not None:
+            before = note.rate
+            note.rate = state if before is None else RateState(
+                tightest([s for s in (before.requests, state.requests) if s is not None]),
+                tightest([s for s in (before.tokens, state.tokens) if s is not None]))
+        if wait is not None:
+            raise RateLimited(wait)
+
+    async def count_tokens(self, key: KeyRecord, tokens: int, model: str | None = None,
+                           rpm: int | None = None, tpm: int | None = None) -> None:
+        """A call of `key` to `model` used `tokens` (prompt and completion): they count in every
+        window with a tpm it was admitted in (the model's own when its `tpm` is given)."""
+        if tokens <= 0:
+            return
+        windows = [window for window in key.windows if window.tpm is not None]
+        if model is not None and (key.model_windows or tpm is not None):
+            windows += [window for window in self.model_windows(key, model, rpm, tpm) if window.tpm is not None]
+        if windows:
+            await self.rate.count_tokens(windows, tokens)
 
     async def remaining(self, key: KeyRecord) -> list[tuple[Window, int | None, int | None]]:
         """Each window of the key (its own, its team's, per model): what is left of its requests and

@@ -18,6 +18,19 @@ ModelName = Annotated[str, Field(min_length=1, max_length=256, strict=True)]
 Models = Annotated[list[ModelName], Field(max_length=1024)]
 Period = Literal["day", "week", "month", "total"]
 Duration = Annotated[str, Field(min_length=1, max_length=32, strict=True)]  # 30d, 12h, 15m, 45s
+
+
+class ModelLimit(BaseModel):
+    """A key's or team's own windows on one model (`--model-limit MODEL:rpm=N,tpm=N`)."""
+
+    model_config = {"extra": "forbid"}
+
+    rpm: Rpm | None = None
+    tpm: Tpm | None = None
+
+
+# {model id or alias: {rpm?, tpm?}}; counted on the model's canonical id.
+ModelLimits = Annotated[dict[ModelName, ModelLimit], Field(max_length=256)]
 # A team's name travels in paths (/v1/admin/teams/{name}) and in `ORG/TEAM` on the command line: no slash.
 TEAM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 TeamName = Annotated[str, Field(pattern=TEAM_NAME_PATTERN, strict=True)]
@@ -33,5 +46,6 @@ class KeyGovernance(BaseModel):
     tpm: Tpm | None = None
     budget_period: Period | None = None
     models: Models | None = None
+    model_limits: ModelLimits | None = None  # null: none
     expires_in: Duration | None = None
     expires_at: datetime | None = None

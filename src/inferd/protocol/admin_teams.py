@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from inferd.protocol.admin_fields import BudgetUsd, Models, Period, Rpm, TeamName, Tpm
+from inferd.protocol.admin_fields import BudgetUsd, ModelLimits, Models, Period, Rpm, TeamName, Tpm
 
 
 class TeamSettings(BaseModel):
@@ -20,6 +20,7 @@ class TeamSettings(BaseModel):
     rpm: Rpm | None = None
     tpm: Tpm | None = None
     models: Models | None = None  # within the org's models
+    model_limits: ModelLimits | None = None  # the team's own windows per model; null: none
 
 
 class TeamCreateRequest(TeamSettings):
@@ -37,6 +38,7 @@ class TeamObject(BaseModel):
     rpm: int | None
     tpm: int | None
     models: list[str] | None  # null: what the org allows
+    model_limits: dict[str, dict[str, int]] | None  # {model id: {rpm?, tpm?}}
     spend_usd: float  # in the budget's period under way
     period_start: str | None  # YYYY-MM-DD (UTC); null for `total`
     resets_at: str | None  # YYYY-MM-DD (UTC), the first day of the next period; null for `total`

@@ -10,7 +10,7 @@ from inferd.catalogue import ModelCatalogue
 from inferd.errors import NotFound
 from inferd.limits.periods import since
 from inferd.services.key_settings import period, period_fields
-from inferd.services.model_lists import NamesOf, check_within, known, names_in
+from inferd.services.model_lists import NamesOf, check_within, known, model_limits, names_in
 from inferd.store.keys import KeyRecord
 from inferd.store.orgs import Org, OrgRepository
 from inferd.store.teams import TEAM_SETTINGS, Team, TeamRepository
@@ -20,6 +20,7 @@ def team_object(team: Team, spend_usd: float) -> dict[str, Any]:
     """The wire form of a team."""
     return {"name": team.name, "budget_usd": team.budget_usd, "budget_period": team.budget_period,
             "rpm": team.rpm, "tpm": team.tpm, "models": list(team.models) if team.models is not None else None,
+            "model_limits": team.model_limits,
             "spend_usd": round(spend_usd, 10), **period_fields(team.budget_period)}
 
 
@@ -29,6 +30,8 @@ def team_settings(org: Org, given: Mapping[str, Any], names_of: NamesOf) -> dict
     settings = {name: given[name] for name in TEAM_SETTINGS if name in given}
     if "budget_period" in settings:
         settings["budget_period"] = period(settings["budget_period"])
+    if "model_limits" in given:
+        settings["model_limits"] = model_limits(given["model_limits"], names_of)
     if settings.get("models") is not None:
         settings["models"] = known(settings["models"], names_of)
         check_within(settings["models"], [(f"organisation '{org.slug}'", org.models)], names_of)

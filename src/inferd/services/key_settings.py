@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.errors import InvalidRequest, NotFound
 from inferd.limits.periods import parse_duration, parse_period, window_of
-from inferd.services.model_lists import NamesOf, check_within, known
+from inferd.services.model_lists import NamesOf, check_within, known, model_limits
 from inferd.store.db import iso, utcnow
 from inferd.store.orgs import Org
 from inferd.store.teams import Team, TeamRepository
@@ -38,7 +38,8 @@ def utc_naive(moment: datetime | None) -> datetime | None:
 
 def shown_settings(given: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     """Decision 23's settings of a new key as its `key.create` audit entry shows them (those set)."""
-    shown = {name: given[name] for name in ("team", "tpm", "budget_period", "models") if given.get(name) is not None}
+    shown = {name: given[name] for name in ("team", "tpm", "budget_period", "models", "model_limits")
+             if given.get(name) is not None}
     if changes.get("expires_at") is not None:
         shown["expires_at"] = iso(changes["expires_at"])
     return shown
@@ -90,6 +91,8 @@ async def key_changes(teams: TeamRepository, org: Org, given: Mapping[str, Any],
         changes["expires_at"] = expiry(given["expires_in"])
     elif "expires_in" in given or "expires_at" in given:
         changes["expires_at"] = given.get("expires_at")
+    if "model_limits" in given:
+        changes["model_limits"] = model_limits(given["model_limits"], names_of)
     models = current_models
     if "models" in given:
         models = changes["models"] = None if given["models"] is None else known(given["models"], names_of)

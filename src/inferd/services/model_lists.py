@@ -8,7 +8,7 @@ is within `["mock-chat"]` when `fast` is an alias of mock-chat.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from inferd.config import ModelConfig
 from inferd.errors import InvalidRequest, OperatorLimit
@@ -72,3 +72,45 @@ def narrowed(names: Sequence[str], operator: tuple[str, ...] | None, names_of: N
         aliases = names_of(name) or (name,)
         spelt += [allowed for allowed in operator if allowed in aliases]
     return tuple(dict.fromkeys(spelt))
+
+
+def model_limits(given: Mapping[str, Any] | None, names_of: NamesOf, param: str = "model_limits"
+                 ) -> dict[str, dict[str, int]] | None:
+    """Per-model windows `{model: {"rpm": n, "tpm": n}}` keyed by each model's canonical id (an alias
+    counts as its model, and the windows count on the id); 400 for an unknown model or a limit that
+    is not a positive integer. None or {} removes them."""
+    if not given:
+        return None
+    limits: dict[str, dict[str, int]] = {}
+    for name, window in given.items():
+        names = names_of(name)
+        if names is None:
+            raise InvalidRequest(f"{param}: no model or alias '{name}' in the catalogue", param=param,
+                                 code="model_not_found")
+        if hasattr(window, "model_dump"):
+            window = window.model_dump(exclude_none=True)
+        checked = {}
+        for kind, value in dict(window).items():
+            if value is None:
+                continue
+            if kind not in ("rpm", "tpm") or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidRequest(f"{param}: {name}: expected rpm and tpm as positive integers", param=param)
+            checked[kind] = value
+        if not checked:
+            raise InvalidRequest(f"{param}: {name}: give rpm, tpm or both", param=param)
+        limits[names[0]] = checked
+    return limits
+
+
+def parse_model_limit(text: str) -> tuple[str, dict[str, int]]:
+    """`MODEL:rpm=N,tpm=N` (the command line's `--model-limit`) as (model, limits); ValueError otherwise."""
+    model, sep, rest = text.partition(":")
+    if not sep or not model or not rest:
+        raise ValueError(f"expected MODEL:rpm=N,tpm=N, got {text!r}")
+    limits: dict[str, int] = {}
+    for part in rest.split(","):
+        kind, eq, value = part.strip().partition("=")
+        if not eq or kind not in ("rpm", "tpm") or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"expected MODEL:rpm=N,tpm=N (positive integers), got {text!r}")
+        limits[kind] = int(value)
+    return model, limits

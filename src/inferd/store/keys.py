@@ -17,14 +17,15 @@ from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.key_cache import KEYS_CHANNEL, KeyCache
 from inferd.store.key_limits import (DEFAULT_PERIOD, Budget, Window, decode_model_limits, decode_models,
-                                     encode_models)
+                                     encode_model_limits, encode_models)
 from inferd.store.orgs import decode_allowed
 from inferd.store.tables import api_keys, spend, teams, users
 
 T = TypeVar("T")
 ADMINISTERED_TYPES = ("application", "admin")  # user keys are minted by the exchange, not administered
 # What an admin may change on a key (`models` a tuple or None, `team_id` a team of the key's org).
-KEY_SETTINGS = ("name", "budget_usd", "rpm", "team_id", "tpm", "budget_period", "models", "expires_at")
+KEY_SETTINGS = ("name", "budget_usd", "rpm", "team_id", "tpm", "budget_period", "models", "model_limits",
+                "expires_at")
 MAX_ROTATION_GRACE_S = 366 * 86400  # a rotated-out secret stays valid at most a year (a bound, not a policy)
 
 
@@ -124,6 +125,8 @@ async def _shown(conn: AsyncConnection, name: str, value: Any) -> Any:
         return (await conn.execute(select(teams.c.name).where(teams.c.id == value))).scalar()
     if name == "models":
         return list(decode_models(value) or ())
+    if name == "model_limits":
+        return decode_model_limits(value)
     return value
 
 
@@ -251,14 +254,15 @@ class KeyRepository:
                      rpm: int | None = None, parent_key_id: int | None = None,
                      expires_at: datetime | None = None, audit: AuditEntry | None = None,
                      team_id: int | None = None, tpm: int | None = None, budget_period: str | None = None,
-                     models: tuple[str, ...] | None = None) -> int:
+                     models: tuple[str, ...] | None = None,
+                     model_limits: dict[str, dict[str, int]] | None = None) -> int:
         """Store a new key (its secret only as a hash), and `audit` in the same transaction; returns the row id."""
         async with self._engine.begin() as conn:
             result = await conn.execute(insert(api_keys).values(
                 access_key_id=access_key_id, secret_hash=secret_hash, type=key_type, org_id=org_id, name=name,
                 user_id=user_id, budget_usd=budget_usd, rpm=rpm, parent_key_id=parent_key_id,
                 expires_at=expires_at, created_at=utcnow(), team_id=team_id, tpm=tpm, budget_period=budget_period,
-                models=encode_models(models)))
+                models=encode_models(models), model_limits=encode_model_limits(model_limits)))
             if audit is not None:
                 await write_entry(conn, org_id, audit)
             return int(result.inserted_primary_key[0])
@@ -296,7 +300,11 @@ class KeyRepository:
                 return False
             values = {name: changes[name] for name in KEY_SETTINGS if name in changes}
             if values:
-                stored = {**values, "models": encode_models(values["models"])} if "models" in values else values
+                stored = dict(values)
+                if "models" in values:
+                    stored["models"] = encode_models(values["models"])
+                if "model_limits" in values:
+                    stored["model_limits"] = encode_model_limits(values["model_limits"])
                 await conn.execute(update(api_keys).where(*where).values(**stored))
                 details = {}
                 for name in values:

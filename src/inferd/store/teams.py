@@ -20,11 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from inferd.errors import Conflict
 from inferd.store.audit import AuditEntry, write_entry
 from inferd.store.db import utcnow
-from inferd.store.key_limits import DEFAULT_PERIOD, decode_model_limits, decode_models, encode_models
+from inferd.store.key_limits import (DEFAULT_PERIOD, decode_model_limits, decode_models, encode_model_limits,
+                                     encode_models)
 from inferd.store.keys import KeyRepository
 from inferd.store.tables import api_keys, spend, teams
 
-TEAM_SETTINGS = ("budget_usd", "budget_period", "rpm", "tpm", "models")  # what create and update set
+TEAM_SETTINGS = ("budget_usd", "budget_period", "rpm", "tpm", "models", "model_limits")  # what create and update set
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ def _stored(settings: Mapping[str, Any]) -> dict[str, Any]:
     values = {name: settings[name] for name in TEAM_SETTINGS if name in settings}
     if "models" in values:
         values["models"] = encode_models(values["models"])
+    if "model_limits" in values:
+        values["model_limits"] = encode_model_limits(values["model_limits"])
     return values
 
 
