@@ -69,6 +69,7 @@ from inferd.services.chat import ChatService
 from inferd.services.responses import ResponsesService
 from inferd.services.generate import Generation
 from inferd.services.purge import start_key_sweep
+from inferd.services.alerts import start_alerts
 from inferd.services.ingest.service import Ingestion, embedding_model
 from inferd.services.retrieval import Retriever
 from inferd.services.sources import attach_sources, start_purge
@@ -300,6 +301,7 @@ class InferdApp:
         purge = start_purge(services.conversations, services.config.conversations)
         retention = services.responses.start_retention()
         key_sweep = start_key_sweep(services.keys)
+        alerts = start_alerts(services.db, services.config.alerts, services.metrics)  # None without [alerts]
         # Everything built so far (modules, the catalogue, engines, SQLAlchemy's tables) lives as long
         # as the process. Frozen, the cycle collector stops walking it: a full collection went from
         # about 100 ms (200,000 objects, a pause every request in flight waited out: the p99 at
@@ -320,6 +322,8 @@ class InferdApp:
             await purge.close()
             await retention.close()
             await key_sweep.close()
+            if alerts is not None:
+                await alerts.close()
             if batch_worker is not None:
                 await batch_worker.stop()
             await services.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 from inferd.builtin import builtin_tables, default_aliases, settle_names, with_image_alias
+from inferd.config_alerts import AlertsConfig, parse_alerts
 from inferd.config_pools import POOL_KEYS, check_pool_values, check_pools, expand_deployments
 from inferd.errors import ConfigError
 
@@ -146,6 +147,7 @@ class Catalogue:
     audio: AudioConfig = field(default_factory=AudioConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
+    alerts: AlertsConfig | None = None  # `[alerts]`: budget alerts by webhook; None: none sent
     source: str = "built-in catalogue"
 
 
@@ -214,7 +216,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
-_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging")
+_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging", "alerts")
 
 
 class _Where:
@@ -464,5 +466,6 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         limits=_positive_numbers(where, "[limits]", raw.get("limits", {}), RequestLimits),
         audio=_positive_numbers(where, "[audio]", raw.get("audio", {}), AudioConfig),
         observe=_parse_observe(where, raw.get("metrics", {}), raw.get("logging", {})),
+        alerts=parse_alerts(where.fail, raw["alerts"]) if "alerts" in raw else None,
         source=str(path),
     )

@@ -70,6 +70,8 @@ class Metrics:
                                  buckets=_COMMIT_BUCKETS, registry=r)
         self._batch_lines = Counter("inferd_batch_lines_total", "Batch lines finished, by outcome.",
                                     ("status",), registry=r)
+        self._alerts = Counter("inferd_alerts_total", "Budget alert deliveries, by outcome (delivered, retried, "
+                               "failed).", ("outcome",), registry=r)
         self._request_children: dict[tuple[str, str, int], tuple[object, object]] = {}
         self._ttft_children: dict[tuple[str, str], object] = {}
         self._token_children: dict[str, tuple[object, object, object, object]] = {}
@@ -124,6 +126,10 @@ class Metrics:
     def batch_line(self, succeeded: bool) -> None:
         """A batch line ended (written to the output file, or to the error file)."""
         self._line_children["succeeded" if succeeded else "failed"].inc()
+
+    def alert(self, outcome: str) -> None:
+        """A budget alert's delivery attempt ended: delivered, retried (later) or failed (for good)."""
+        self._alerts.labels(outcome).inc()
 
     # When read -------------------------------------------------------------------------------
 

@@ -352,3 +352,27 @@ responses = Table(
     Index("ix_responses_created_at", "created_at"),
     Index("ix_responses_previous_id", "previous_id"),
 )
+
+
+# Budget alerts (migration 0013, CONTRACT.md decision 23): the durable queue of the webhook, one
+# row per crossing of a threshold (50, 80, 100 percent) of a budget in a period; the unique key
+# makes replicas that see the same crossing queue it once. `period_start` is '' for `total`.
+# `next_attempt_at` is NULL once delivered or given up (the due rows are one index range).
+alerts = Table(
+    "alerts", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("scope", String(8), nullable=False),  # key | team | org
+    Column("owner", String(128), nullable=False),  # as `spend` names it
+    Column("period_start", String(10), nullable=False),
+    Column("threshold", Integer, nullable=False),
+    Column("payload", Text, nullable=False),  # the JSON body posted
+    Column("created_at", DateTime(), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0, server_default="0"),
+    Column("next_attempt_at", DateTime(), nullable=True),
+    Column("claimed_until", DateTime(), nullable=True),  # a replica is delivering it until then
+    Column("delivered_at", DateTime(), nullable=True),
+    Column("failed_at", DateTime(), nullable=True),
+    Column("last_error", String(500), nullable=True),
+    UniqueConstraint("scope", "owner", "period_start", "threshold", name="uq_alerts_crossing"),
+    Index("ix_alerts_next_attempt", "next_attempt_at"),
+)
