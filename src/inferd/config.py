@@ -299,8 +299,8 @@ def _parse_model(where: _Where, index: int, raw: Any, engine_keys: Mapping[str, 
     if "context_length" in values and values["context_length"] < 1:
         raise where.fail(table, "context_length", "must be a positive integer")
     for key in ("rpm", "tpm"):
-        if key in values and values[key] < 1:
-            raise where.fail(table, key, "must be a positive integer")
+        if key in values and not 1 <= values[key] < 2**31:
+            raise where.fail(table, key, "must be a positive integer below 2**31")
     if "timeout_s" in values:
         if values["timeout_s"] <= 0:
             raise where.fail(table, "timeout_s", "must be positive")

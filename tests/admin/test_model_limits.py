@@ -108,3 +108,13 @@ def test_a_model_rpm_must_be_positive(tmp_path: Path, backend: Backend, upstream
     config = write_config(tmp_path / "bad.toml", CAPPED_TOML.replace("rpm = 3", "rpm = 0"), upstream)
     with pytest.raises(RuntimeError, match="rpm"):
         Server.start(tmp_path, backend, config)
+
+
+def test_limits_past_32_bits_are_400_not_500(server: Server, org: AdminOrg) -> None:
+    """Limits are stored as 32-bit integers: PostgreSQL refused a larger one with a 500."""
+    key = ok(admin_call(server, org.admin, "POST", "/keys", {"type": "application"}), 201)
+    path = f"/keys/{key['access_key_id']}"
+    for body in ({"tpm": 2**31}, {"rpm": 2**40}, {"model_limits": {"mock-chat": {"tpm": 2**31}}}):
+        assert admin_call(server, org.admin, "PATCH", path, body).status_code == 400, body
+    assert admin_call(server, org.admin, "POST", "/teams", {"name": "huge", "tpm": 2**31}).status_code == 400
+    assert ok(admin_call(server, org.admin, "PATCH", path, {"tpm": 2**31 - 1}))["tpm"] == 2**31 - 1

@@ -86,9 +86,9 @@ def keys() -> None:
                    "can then act as that user).")
 @click.option("--budget-usd", type=click.FloatRange(min=0), default=None,
               help="Budget in USD per --budget-period (monthly by default).")
-@click.option("--rpm", type=click.IntRange(min=1), default=None, help="Requests per minute.")
+@click.option("--rpm", type=click.IntRange(min=1, max=2**31 - 1), default=None, help="Requests per minute.")
 @click.option("--team", default=None, help="The team of the org the key belongs to.")
-@click.option("--tpm", type=click.IntRange(min=1), default=None, help="Tokens per minute.")
+@click.option("--tpm", type=click.IntRange(min=1, max=2**31 - 1), default=None, help="Tokens per minute.")
 @click.option("--budget-period", type=PERIOD, default=None, help=PERIOD_HELP)
 @click.option("--models", default=None,
               help="Model ids or aliases, comma-separated, within its team's and org's (default: theirs).")
@@ -170,9 +170,9 @@ def rotate(access_key_id: str, grace: str, as_json: bool) -> None:
 @click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="A new budget in USD.")
 @click.option("--no-budget", is_flag=True, help="Remove the budget.")
 @click.option("--budget-period", type=PERIOD, default=None, help=PERIOD_HELP)
-@click.option("--rpm", type=click.IntRange(min=1), default=None, help="A new requests-per-minute limit.")
+@click.option("--rpm", type=click.IntRange(min=1, max=2**31 - 1), default=None, help="A new requests-per-minute limit.")
 @click.option("--no-rpm", is_flag=True, help="Remove the requests-per-minute limit.")
-@click.option("--tpm", type=click.IntRange(min=1), default=None, help="A new tokens-per-minute limit.")
+@click.option("--tpm", type=click.IntRange(min=1, max=2**31 - 1), default=None, help="A new tokens-per-minute limit.")
 @click.option("--no-tpm", is_flag=True, help="Remove the tokens-per-minute limit.")
 @click.option("--team", default=None, help="Move the key to this team of its org.")
 @click.option("--no-team", is_flag=True, help="Take the key out of its team.")

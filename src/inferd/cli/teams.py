@@ -48,8 +48,8 @@ def _limits(command: Any) -> Any:
     for option in reversed((
             click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="Budget in USD."),
             click.option("--budget-period", type=PERIOD, default=None, help=PERIOD_HELP),
-            click.option("--rpm", type=click.IntRange(min=1), default=None, help="Requests per minute."),
-            click.option("--tpm", type=click.IntRange(min=1), default=None, help="Tokens per minute."),
+            click.option("--rpm", type=click.IntRange(min=1, max=2**31 - 1), default=None, help="Requests per minute."),
+            click.option("--tpm", type=click.IntRange(min=1, max=2**31 - 1), default=None, help="Tokens per minute."),
             click.option("--models", default=None,
                          help="Model ids or aliases, comma-separated, within the org's (default: the org's)."))):
         command = option(command)

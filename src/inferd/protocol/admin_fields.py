@@ -10,8 +10,10 @@ from pydantic import BaseModel, Field
 
 # Strict: a budget is a JSON number and a limit a JSON integer, never a string or a boolean.
 BudgetUsd = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
-Rpm = Annotated[int, Field(ge=1, strict=True)]
-Tpm = Annotated[int, Field(ge=1, strict=True)]
+# Limits are stored as 32-bit integers (PostgreSQL INTEGER): a larger one is a 400, not a 500.
+INT32_MAX = 2**31 - 1
+Rpm = Annotated[int, Field(ge=1, le=INT32_MAX, strict=True)]
+Tpm = Annotated[int, Field(ge=1, le=INT32_MAX, strict=True)]
 KeyName = Annotated[str, Field(min_length=1, max_length=256, strict=True)]
 Email = Annotated[str, Field(max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", strict=True)]
 ModelName = Annotated[str, Field(min_length=1, max_length=256, strict=True)]

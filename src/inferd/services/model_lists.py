@@ -93,7 +93,7 @@ def model_limits(given: Mapping[str, Any] | None, names_of: NamesOf, param: str 
         for kind, value in dict(window).items():
             if value is None:
                 continue
-            if kind not in ("rpm", "tpm") or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if kind not in ("rpm", "tpm") or isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
                 raise InvalidRequest(f"{param}: {name}: expected rpm and tpm as positive integers", param=param)
             checked[kind] = value
         if not checked:
@@ -110,7 +110,7 @@ def parse_model_limit(text: str) -> tuple[str, dict[str, int]]:
     limits: dict[str, int] = {}
     for part in rest.split(","):
         kind, eq, value = part.strip().partition("=")
-        if not eq or kind not in ("rpm", "tpm") or not value.isdigit() or int(value) < 1:
+        if not eq or kind not in ("rpm", "tpm") or not value.isdigit() or not 1 <= int(value) < 2**31:
             raise ValueError(f"expected MODEL:rpm=N,tpm=N (positive integers), got {text!r}")
         limits[kind] = int(value)
     return model, limits
