@@ -77,7 +77,9 @@ def tokens_wait(held: "Sequence[tuple[float, int]]", total: int, limit: int, now
 
 def tightest(states: list[tuple[int, int, float]]) -> tuple[int, int, float] | None:
     """The state with the least left (the window a client must pace itself by)."""
-    return min(states, key=lambda state: state[1]) if states else None
+    if len(states) < 2:
+        return states[0] if states else None
+    return min(states, key=lambda state: state[1])
 
 
 class RateLimiter(Protocol):
@@ -175,9 +177,10 @@ class Limits:
         window with a tpm it was admitted in (the model's own when its `tpm` is given)."""
         if tokens <= 0:
             return
-        windows = [window for window in key.windows if window.tpm is not None]
+        windows: Sequence[Window] = key.token_windows
         if model is not None and (key.model_windows or tpm is not None):
-            windows += [window for window in self.model_windows(key, model, rpm, tpm) if window.tpm is not None]
+            windows = [*windows, *(window for window in self.model_windows(key, model, rpm, tpm)
+                                   if window.tpm is not None)]
         if windows:
             await self.rate.count_tokens(windows, tokens)
 

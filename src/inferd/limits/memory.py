@@ -9,7 +9,7 @@ from collections import deque
 
 from typing import Sequence
 
-from inferd.limits.base import WINDOW_SECONDS, RateState, SpendLoader, tightest, tokens_wait, window_wait
+from inferd.limits.base import WINDOW_SECONDS, RateState, SpendLoader, tokens_wait, window_wait
 from inferd.limits.periods import current_label, day_labels, since_label
 from inferd.store.key_limits import Budget, Window
 from inferd.store.usage_write import Amounts
@@ -92,35 +92,41 @@ class MemoryRateLimiter:
         return wait
 
     async def admit(self, windows: Sequence[Window], units: int = 1) -> tuple[int | None, RateState]:
-        """Check every window; count the call in all of them only when all admit it."""
+        """Check every window; count the call in all of them only when all admit it. (On every
+        call of a key with a window: one pass over the windows, no intermediate lists.)"""
         now = time.monotonic()
         window = self._window
-        waits = []
-        requests = []
+        wait: int | None = None
+        counted: list[tuple[int, deque[float]]] = []
+        tokens: tuple[int, int, float] | None = None
         for spec in windows:
-            if spec.rpm is not None:
+            rpm = spec.rpm
+            if rpm is not None:
                 hits = self._requests(spec.name, now)
-                wait = window_wait(len(hits), units, spec.rpm, hits.__getitem__, now, window)
-                if wait is not None:
-                    waits.append(wait)
-                requests.append((spec.rpm, hits))
-        tokens = []
-        for spec in windows:
-            if spec.tpm is not None:
+                verdict = window_wait(len(hits), units, rpm, hits.__getitem__, now, window)
+                if verdict is not None and (wait is None or verdict > wait):
+                    wait = verdict
+                counted.append((rpm, hits))
+            tpm = spec.tpm
+            if tpm is not None:
                 held = self._held_tokens(spec.name, now)
                 total = self._token_sums[spec.name]
-                wait = tokens_wait(held, total, spec.tpm, now, window)
-                if wait is not None:
-                    waits.append(wait)
-                tokens.append((spec.tpm, spec.tpm - total,
-                               held[0][0] + window - now if held else 0.0))
-        admitted = not waits
-        if admitted:
-            for _, hits in requests:
-                hits.extend([now] * units)
-        state = RateState(tightest([(limit, limit - len(hits), hits[0] + window - now if hits else 0.0)
-                                    for limit, hits in requests]), tightest(tokens))
-        return (None if admitted else max(waits)), state
+                verdict = tokens_wait(held, total, tpm, now, window)
+                if verdict is not None and (wait is None or verdict > wait):
+                    wait = verdict
+                if tokens is None or tpm - total < tokens[1]:
+                    tokens = (tpm, tpm - total, held[0][0] + window - now if held else 0.0)
+        requests: tuple[int, int, float] | None = None
+        for rpm, hits in counted:
+            if wait is None:
+                if units == 1:
+                    hits.append(now)
+                else:
+                    hits.extend([now] * units)
+            left = rpm - len(hits)
+            if requests is None or left < requests[1]:
+                requests = (rpm, left, hits[0] + window - now if hits else 0.0)
+        return wait, RateState(requests, tokens)
 
     async def remaining(self, windows: Sequence[Window]) -> list[tuple[int | None, int | None]]:
         """What is left of each window, counting nothing."""

@@ -57,6 +57,7 @@ class KeyRecord:
     budgets: tuple[Budget, ...] = ()  # every budget a metered call falls under: key, team, org
     windows: tuple[Window, ...] = ()  # every window a call counts in: key, team (those with a limit)
     model_windows: tuple[Window, ...] = ()  # per-model windows of the key and its team
+    token_windows: tuple[Window, ...] = ()  # the windows (of `windows`) with a tpm: a call's tokens count there
     previous_secret_hash: str | None = None  # a rotated key's old secret, valid until previous_secret_until
     previous_secret_until: datetime | None = None
 
@@ -171,6 +172,7 @@ def _record(row: tuple[Any, ...]) -> KeyRecord:
         expires_at=_when(expires_at), charged_key_id=charged, budget_usd=budget, rpm=rpm, rate_window=rate_window,
         team_id=team_id, team_name=team_name, tpm=tpm, team_models=decode_models(team_models),
         key_models=decode_models(models), budgets=tuple(budgets), windows=tuple(windows),
+        token_windows=tuple(window for window in windows if window.tpm is not None),
         model_windows=tuple(model_windows), previous_secret_hash=previous_hash,
         previous_secret_until=_when(previous_until),
     )
