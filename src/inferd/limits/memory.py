@@ -84,11 +84,7 @@ class MemoryRateLimiter:
 
     async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
         """Count `units` requests in one window; None when admitted, else seconds until enough slots free."""
-        now = time.monotonic()
-        hits = self._requests(key, now)
-        wait = window_wait(len(hits), units, limit, hits.__getitem__, now, self._window)
-        if wait is None:
-            hits.extend([now] * units)
+        wait, _ = await self.admit((Window("key", key, limit, None),), units)
         return wait
 
     async def admit(self, windows: Sequence[Window], units: int = 1) -> tuple[int | None, RateState]:

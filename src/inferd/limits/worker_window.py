@@ -49,32 +49,9 @@ class WorkerRateLimiter:
         self._db.executescript(SCHEMA)
 
     async def hit(self, key: str, limit: int, units: int = 1) -> int | None:
-        """Count `units` requests; None when admitted, else seconds until enough slots free."""
-        now = time.time()
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")  # one worker at a time counts a window: no two take its last slot
-        try:
-            self._since_sweep += 1
-            if self._since_sweep >= self._sweep_every:
-                self._since_sweep = 0
-                db.execute("DELETE FROM hits WHERE at <= ?", (now - self._window,))
-            else:
-                db.execute("DELETE FROM hits WHERE window = ? AND at <= ?", (key, now - self._window))
-            (held,) = db.execute("SELECT count(*) FROM hits WHERE window = ?", (key,)).fetchone()
-
-            def nth_oldest(index: int) -> float:
-                (at,) = db.execute("SELECT at FROM hits WHERE window = ? ORDER BY at LIMIT 1 OFFSET ?",
-                                   (key, index)).fetchone()
-                return float(at)
-
-            retry_after = window_wait(held, units, limit, nth_oldest, now, self._window)
-            if retry_after is None:
-                db.executemany("INSERT INTO hits (window, at) VALUES (?, ?)", [(key, now)] * units)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        return retry_after
+        """Count `units` requests in one window; None when admitted, else seconds until enough slots free."""
+        wait, _ = await self.admit((Window("key", key, limit, None),), units)
+        return wait
 
     async def admit(self, windows: Sequence[Window], units: int = 1) -> tuple[int | None, RateState]:
         """Check every window's requests and tokens; count the call in all of them only when all admit it."""

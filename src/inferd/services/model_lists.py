@@ -59,7 +59,7 @@ def check_within(names: Sequence[str] | None, ceilings: Sequence[tuple[str, tupl
 
 def narrowed(names: Sequence[str], operator: tuple[str, ...] | None, names_of: NamesOf) -> tuple[str, ...]:
     """An org admin's narrowing of the operator's list, spelt as the operator's list spells each model
-    (so the two compare name by name at lookup: store.keys.effective_models); 403 `operator_limit`
+    (so the two compare name by name at lookup: store.orgs.effective_models); 403 `operator_limit`
     when it names a model the operator's list does not allow."""
     if operator is None:
         return tuple(names)

@@ -18,7 +18,7 @@ from inferd.store.hot_sqlite import HotSqlite, is_busy
 from inferd.store.key_cache import KEYS_CHANNEL, KeyCache
 from inferd.store.key_limits import (DEFAULT_PERIOD, Budget, Window, decode_model_limits, decode_models,
                                      encode_model_limits, encode_models)
-from inferd.store.orgs import decode_allowed
+from inferd.store.orgs import decode_allowed, effective_models
 from inferd.store.tables import api_keys, spend, teams, users
 
 T = TypeVar("T")
@@ -61,11 +61,6 @@ class KeyRecord:
     previous_secret_hash: str | None = None  # a rotated key's old secret, valid until previous_secret_until
     previous_secret_until: datetime | None = None
 
-    @property
-    def budget_period(self) -> str:
-        """The period of the key's own budget."""
-        return next((b.period for b in self.budgets if b.scope == "key"), DEFAULT_PERIOD)
-
 
 @dataclass(frozen=True)
 class KeyView:
@@ -107,15 +102,6 @@ def _when(value: Any) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
     return datetime.fromisoformat(value)
-
-
-def effective_models(operator: tuple[str, ...] | None, admin: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """An org's allow-list: the operator's, narrowed by what its admin set (names in both)."""
-    if admin is None:
-        return operator
-    if operator is None:
-        return admin
-    return tuple(name for name in admin if name in operator)
 
 
 async def _shown(conn: AsyncConnection, name: str, value: Any) -> Any:

@@ -35,9 +35,16 @@ class Org:
     @property
     def models(self) -> tuple[str, ...] | None:
         """What the org's keys may use: the operator's list narrowed by the admin's."""
-        # Imported here: store/keys.py reads this module's decode_allowed at import.
-        from inferd.store.keys import effective_models
         return effective_models(self.allowed_models, self.admin_models)
+
+
+def effective_models(operator: tuple[str, ...] | None, admin: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """An org's allow-list: the operator's, narrowed by what its admin set (names in both)."""
+    if admin is None:
+        return operator
+    if operator is None:
+        return admin
+    return tuple(name for name in admin if name in operator)
 
 
 def encode_allowed(models: tuple[str, ...] | None) -> str:
