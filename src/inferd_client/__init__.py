@@ -11,7 +11,7 @@ Reads are retried on 429, 5xx and connection failures (see `RetryPolicy`); write
 """
 
 from inferd_client._admin_types import (AdminKey, AdminKeyList, AuditEntry, AuditPage, CreatedKey, DeploymentHealth,
-                                        DeploymentList, OrgSettings)
+                                        DeploymentList, OrgSettings, Team, TeamDeleted, TeamList)
 from inferd_client._async_client import AsyncClient
 from inferd_client._base import APIObject
 from inferd_client._calls import NOT_GIVEN, NotGiven
@@ -24,6 +24,7 @@ from inferd_client._errors import (APIConnectionError, APIError, APITimeoutError
                                    InternalServerError, MethodNotAllowedError, NotFoundError, PayloadTooLargeError,
                                    PermissionDeniedError, RateLimitError, StreamError, UnprocessableEntityError,
                                    WaitTimeout)
+from inferd_client._me_types import BudgetState, Me, WindowState
 from inferd_client._retry import RetryPolicy
 from inferd_client._sse import ServerSentEvent, SSEDecoder
 from inferd_client._streaming import AsyncStream, Stream
@@ -38,7 +39,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdminKey", "AdminKeyList", "AuditEntry", "AuditPage", "CreatedKey", "DeploymentHealth", "DeploymentList",
-    "OrgSettings",
+    "OrgSettings", "Team", "TeamDeleted", "TeamList",
+    "BudgetState", "Me", "WindowState",
     "APIConnectionError", "APIError", "APIObject", "APITimeoutError", "AsyncClient", "AsyncStream",
     "AuthenticationError", "BadRequestError", "Batch", "BatchPage", "BudgetExceededError", "ChatChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatMessage", "ChunkChoice", "ChunkDelta", "Client",

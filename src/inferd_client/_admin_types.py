@@ -1,4 +1,5 @@
-"""Typed results of the /v1/admin routes (CONTRACT.md decision 19): keys, org settings, deployments, audit."""
+"""Typed results of the /v1/admin routes (CONTRACT.md decisions 19 and 23): keys, teams, org settings,
+deployments, audit."""
 
 from __future__ import annotations
 
@@ -21,12 +22,22 @@ class AdminKey(APIObject):
     rpm: int | None = None
     created_at: str = ""
     revoked_at: str | None = None
-    spend_usd: float = 0.0  # this UTC month
+    spend_usd: float = 0.0  # in the budget's period under way (this UTC month by default)
+    # decision 23: None where unset (`models` None: what its team and org allow)
+    team: str | None = None
+    tpm: int | None = None
+    budget_period: str = "month"
+    models: list[str] | None = None
+    model_limits: dict[str, dict[str, int]] | None = None  # {model: {rpm?, tpm?}}
+    expires_at: str | None = None
+    period_start: str | None = None  # YYYY-MM-DD (UTC); None for `total`
+    resets_at: str | None = None  # YYYY-MM-DD (UTC), the first day of the next period
 
 
 @dataclass(kw_only=True)
 class CreatedKey(AdminKey):
-    """`POST /v1/admin/keys`: the new key with its secret, shown this once."""
+    """`POST /v1/admin/keys` and `POST /v1/admin/keys/{id}/rotate`: the key with its (new) secret,
+    shown this once."""
 
     secret: str = ""
     full_key: str = ""  # ACCESS_KEY_ID:SECRET, the bearer token
@@ -39,6 +50,39 @@ class AdminKeyList(APIObject):
     _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": AdminKey}
     object: str = "list"
     data: list[AdminKey] = dataclasses.field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Team(APIObject):
+    """A team of the org (decision 23): its limits (None where unset) and its spend in the budget's period."""
+
+    name: str = ""
+    budget_usd: float | None = None
+    budget_period: str = "month"
+    rpm: int | None = None
+    tpm: int | None = None
+    models: list[str] | None = None  # None: what the org allows
+    model_limits: dict[str, dict[str, int]] | None = None  # {model: {rpm?, tpm?}}
+    spend_usd: float = 0.0
+    period_start: str | None = None  # YYYY-MM-DD (UTC); None for `total`
+    resets_at: str | None = None  # YYYY-MM-DD (UTC), the first day of the next period
+
+
+@dataclass(kw_only=True)
+class TeamList(APIObject):
+    """`GET /v1/admin/teams`, by name."""
+
+    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": Team}
+    object: str = "list"
+    data: list[Team] = dataclasses.field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class TeamDeleted(APIObject):
+    """`DELETE /v1/admin/teams/{name}`."""
+
+    name: str = ""
+    deleted: bool = True
 
 
 @dataclass(kw_only=True)

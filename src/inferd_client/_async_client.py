@@ -9,8 +9,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence, T
 
 import httpx
 
-from inferd_client import _admin_routes as admin_routes
-from inferd_client._admin_types import AdminKey, AdminKeyList, AuditPage, CreatedKey, DeploymentList, OrgSettings
+from inferd_client._admin_client import AsyncAdminMethods
 from inferd_client import _routes as routes
 from inferd_client._calls import BATCH_ENDPOINT, BATCH_WINDOW, NOT_GIVEN, Call, FileSource, NotGiven
 from inferd_client._config import Settings, open_upload, poll_intervals
@@ -19,6 +18,7 @@ from inferd_client._conversation_types import (Conversation, ConversationList, C
                                                SourceList, VectorizeResult, parse_generate_frame)
 from inferd_client._errors import APIConnectionError, APITimeoutError, WaitTimeout, error_from_response, \
     parse_retry_after
+from inferd_client._me_types import Me
 from inferd_client._retry import RetryPolicy
 from inferd_client._streaming import AsyncStream
 from inferd_client._types import (Batch, BatchPage, ChatCompletion, ChatCompletionChunk, EmbeddingList,
@@ -29,10 +29,11 @@ R = TypeVar("R")
 GenerateFrame = GenerateStart | GenerateChunk | GenerateEvent
 
 
-class AsyncClient:
+class AsyncClient(AsyncAdminMethods):
     """Asynchronous client with the same methods and retry policy as `Client`.
 
-    Use it as an async context manager, or `await client.close()`.
+    Use it as an async context manager, or `await client.close()`. The /v1/admin methods (an admin
+    key) are `AsyncAdminMethods`'.
     """
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
@@ -156,7 +157,7 @@ class AsyncClient:
         """Text to image (base64 PNGs); waits up to `timeout` (default 600 s) for the images."""
         return await self._call(routes.images(model, prompt, size, params, timeout))
 
-    # --- usage and key exchange ---------------------------------------------------------------
+    # --- usage, key exchange and the calling key ----------------------------------------------
 
     async def usage(self, *, from_: str | date | datetime | None = None, to: str | date | datetime | None = None,
                     **filters: Any) -> UsagePage:
@@ -172,6 +173,11 @@ class AsyncClient:
                        ttl_seconds: int | None = None) -> ExchangeResult:
         """Mint a user-scoped key: from an identity-provider token (shape A) or a user-owned key (shape B)."""
         return await self._call(routes.exchange(idp_token, api_key, ttl_seconds))
+
+    async def me(self) -> Me:
+        """The calling application or admin key: its org, team, models, expiry, and what is left of
+        every window and budget it falls under (reading it takes a slot of its rpm windows)."""
+        return await self._call(routes.me())
 
     def with_api_key(self, api_key: str) -> "AsyncClient":
         """A client sharing this one's settings and connection pool, with another key (for example a user key)."""
@@ -310,47 +316,3 @@ class AsyncClient:
             if deadline is not None and time.monotonic() + delay > deadline:
                 raise WaitTimeout(f"batch {batch_id} still {batch.status} after {timeout} s", batch)
             await sleep(delay)
-
-    # --- administration (an admin key, CONTRACT.md decision 19) ----------------------------------
-
-    async def list_keys(self) -> AdminKeyList:
-        """The org's application and admin keys, revoked ones included."""
-        return await self._call(admin_routes.list_keys())
-
-    async def create_key(self, type: str = "application", *, name: str | None = None,
-                         user_email: str | None = None, budget_usd: float | None = None,
-                         rpm: int | None = None) -> CreatedKey:
-        """Mint a key in the admin's org; `secret` and `full_key` are returned this once."""
-        return await self._call(admin_routes.create_key(type, name, user_email, budget_usd, rpm))
-
-    async def get_key(self, access_key_id: str) -> AdminKey:
-        """One key of the org."""
-        return await self._call(admin_routes.get_key(access_key_id))
-
-    async def update_key(self, access_key_id: str, *, name: str | None | NotGiven = NOT_GIVEN,
-                         budget_usd: float | None | NotGiven = NOT_GIVEN,
-                         rpm: int | None | NotGiven = NOT_GIVEN) -> AdminKey:
-        """Change a key's name, budget or rpm (None removes a limit); only the arguments given are sent."""
-        return await self._call(admin_routes.update_key(access_key_id, name, budget_usd, rpm))
-
-    async def revoke_key(self, access_key_id: str) -> AdminKey:
-        """Revoke a key (401 from its next request on)."""
-        return await self._call(admin_routes.revoke_key(access_key_id))
-
-    async def get_org(self) -> OrgSettings:
-        """The org's allow-list and feature flags."""
-        return await self._call(admin_routes.get_org())
-
-    async def update_org(self, *, models: Sequence[str] | str | NotGiven = NOT_GIVEN,
-                         file_attachments: bool | NotGiven = NOT_GIVEN,
-                         web_search: bool | NotGiven = NOT_GIVEN) -> OrgSettings:
-        """Change the org's allow-list (a list, or "*") and feature flags; only the arguments given are sent."""
-        return await self._call(admin_routes.update_org(models, file_attachments, web_search))
-
-    async def deployments(self) -> DeploymentList:
-        """Every deployment's health as the answering server sees it."""
-        return await self._call(admin_routes.deployments())
-
-    async def audit(self, *, limit: int = 20, after: int | None = None) -> AuditPage:
-        """One page of the org's audit log, newest first; `after` an entry id to page on."""
-        return await self._call(admin_routes.audit(limit, after))

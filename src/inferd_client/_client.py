@@ -8,8 +8,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import httpx
 
-from inferd_client import _admin_routes as admin_routes
-from inferd_client._admin_types import AdminKey, AdminKeyList, AuditPage, CreatedKey, DeploymentList, OrgSettings
+from inferd_client._admin_client import AdminMethods
 from inferd_client import _routes as routes
 from inferd_client._calls import BATCH_ENDPOINT, BATCH_WINDOW, NOT_GIVEN, Call, FileSource, NotGiven
 from inferd_client._config import Settings, open_upload, poll_intervals
@@ -18,6 +17,7 @@ from inferd_client._conversation_types import (Conversation, ConversationList, C
                                                SourceList, VectorizeResult, parse_generate_frame)
 from inferd_client._errors import APIConnectionError, APITimeoutError, WaitTimeout, error_from_response, \
     parse_retry_after
+from inferd_client._me_types import Me
 from inferd_client._retry import RetryPolicy
 from inferd_client._streaming import Stream
 from inferd_client._types import (Batch, BatchPage, ChatCompletion, ChatCompletionChunk, EmbeddingList,
@@ -28,12 +28,13 @@ R = TypeVar("R")
 GenerateFrame = GenerateStart | GenerateChunk | GenerateEvent
 
 
-class Client:
+class Client(AdminMethods):
     """Synchronous client. `base_url` is the server root (a trailing `/v1` is accepted too).
 
     Reads (GET, and the free `count_tokens`) are retried on 429, 5xx and connection failures
     per `RetryPolicy` (default 4 attempts, 1 s doubling to 30 s with jitter, `Retry-After`
     honoured); writes are sent once. Use it as a context manager, or call `close()`.
+    The /v1/admin methods (an admin key) are `AdminMethods`'.
     """
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
@@ -154,7 +155,7 @@ class Client:
         """Text to image (base64 PNGs); waits up to `timeout` (default 600 s) for the images."""
         return self._call(routes.images(model, prompt, size, params, timeout))
 
-    # --- usage and key exchange ---------------------------------------------------------------
+    # --- usage, key exchange and the calling key ----------------------------------------------
 
     def usage(self, *, from_: str | date | datetime | None = None, to: str | date | datetime | None = None,
               **filters: Any) -> UsagePage:
@@ -170,6 +171,11 @@ class Client:
                  ttl_seconds: int | None = None) -> ExchangeResult:
         """Mint a user-scoped key: from an identity-provider token (shape A) or a user-owned key (shape B)."""
         return self._call(routes.exchange(idp_token, api_key, ttl_seconds))
+
+    def me(self) -> Me:
+        """The calling application or admin key: its org, team, models, expiry, and what is left of
+        every window and budget it falls under (reading it takes a slot of its rpm windows)."""
+        return self._call(routes.me())
 
     def with_api_key(self, api_key: str) -> "Client":
         """A client sharing this one's settings and connection pool, with another key (for example a user key)."""
@@ -306,46 +312,3 @@ class Client:
             if deadline is not None and time.monotonic() + delay > deadline:
                 raise WaitTimeout(f"batch {batch_id} still {batch.status} after {timeout} s", batch)
             sleep(delay)
-
-    # --- administration (an admin key, CONTRACT.md decision 19) ----------------------------------
-
-    def list_keys(self) -> AdminKeyList:
-        """The org's application and admin keys, revoked ones included."""
-        return self._call(admin_routes.list_keys())
-
-    def create_key(self, type: str = "application", *, name: str | None = None, user_email: str | None = None,
-                   budget_usd: float | None = None, rpm: int | None = None) -> CreatedKey:
-        """Mint a key in the admin's org; `secret` and `full_key` are returned this once."""
-        return self._call(admin_routes.create_key(type, name, user_email, budget_usd, rpm))
-
-    def get_key(self, access_key_id: str) -> AdminKey:
-        """One key of the org."""
-        return self._call(admin_routes.get_key(access_key_id))
-
-    def update_key(self, access_key_id: str, *, name: str | None | NotGiven = NOT_GIVEN,
-                   budget_usd: float | None | NotGiven = NOT_GIVEN,
-                   rpm: int | None | NotGiven = NOT_GIVEN) -> AdminKey:
-        """Change a key's name, budget or rpm (None removes a limit); only the arguments given are sent."""
-        return self._call(admin_routes.update_key(access_key_id, name, budget_usd, rpm))
-
-    def revoke_key(self, access_key_id: str) -> AdminKey:
-        """Revoke a key (401 from its next request on)."""
-        return self._call(admin_routes.revoke_key(access_key_id))
-
-    def get_org(self) -> OrgSettings:
-        """The org's allow-list and feature flags."""
-        return self._call(admin_routes.get_org())
-
-    def update_org(self, *, models: Sequence[str] | str | NotGiven = NOT_GIVEN,
-                   file_attachments: bool | NotGiven = NOT_GIVEN,
-                   web_search: bool | NotGiven = NOT_GIVEN) -> OrgSettings:
-        """Change the org's allow-list (a list, or "*") and feature flags; only the arguments given are sent."""
-        return self._call(admin_routes.update_org(models, file_attachments, web_search))
-
-    def deployments(self) -> DeploymentList:
-        """Every deployment's health as the answering server sees it."""
-        return self._call(admin_routes.deployments())
-
-    def audit(self, *, limit: int = 20, after: int | None = None) -> AuditPage:
-        """One page of the org's audit log, newest first; `after` an entry id to page on."""
-        return self._call(admin_routes.audit(limit, after))

@@ -15,6 +15,7 @@ from inferd_client._calls import NOT_GIVEN, Call, FileSource, NotGiven, Upload, 
 from inferd_client._errors import ClientValidationError
 from inferd_client._conversation_types import (Conversation, ConversationList, ConversationMessage, DeleteResult,
                                                Participant, Source, SourceList, VectorizeResult, unwrap)
+from inferd_client._me_types import Me
 from inferd_client._types import (Batch, BatchPage, ChatCompletion, EmbeddingList, ExchangeResult, FileDeleted,
                                   FileObject, ImagesResponse, ModelList, RerankResponse, TokenCount, Transcription,
                                   UsagePage, UsageSummary, VoiceList)
@@ -105,6 +106,11 @@ def exchange(idp_token: str | None, api_key: str | None, ttl_seconds: int | None
     """`POST /v1/auth/exchange`, shape A or B."""
     return Call("POST", "/v1/auth/exchange", lambda r: ExchangeResult.parse(c.body_json(r)),
                 json=c.exchange_body(idp_token, api_key, ttl_seconds))
+
+
+def me() -> Call[Me]:
+    """`GET /v1/me` (decision 23): the calling key, its models and what is left of its windows and budgets."""
+    return Call("GET", "/v1/me", as_object(Me), read=True)
 
 
 # --- conversations and sources (user-scoped key) ---------------------------------------------
