@@ -2,7 +2,7 @@
 // usage page is in usage.js.
 // Alpine is its CSP build (no 'unsafe-eval'): index.html's attributes only read properties and
 // call methods, so whatever they show is computed here, in getters and methods.
-// The teams page is in teams.js.
+// The teams page is in teams.js; the keys dialogs' models, per-model limits and expiry in key_limits.js.
 // The admin key lives in sessionStorage only and is sent as `Authorization: Bearer` to this
 // server's /v1 routes; nothing else is contacted.
 "use strict";
@@ -199,6 +199,7 @@ document.addEventListener("alpine:init", () => {
 
   Alpine.data("keys", () => ({
     ...format,
+    ...keyLimits(),
     periods: PERIODS,
     items: [],
     teams: [], // the org's teams, for the team select of the dialogs
@@ -211,7 +212,7 @@ document.addEventListener("alpine:init", () => {
     copied: false,
     editing: null,
     revoking: null,
-    draft: {},
+    draft: { models: [], limits: [] },
 
     init() {
       this.load();
@@ -290,10 +291,10 @@ document.addEventListener("alpine:init", () => {
       this.items = this.items.map((item) => (item.access_key_id === key.access_key_id ? key : item));
     },
     async openCreate() {
-      await this.loadTeams();
+      await Promise.all([this.loadTeams(), this.loadCatalogue()]);
       this.draft = {
         type: "application", name: "", user_email: "", team: "", budget_usd: "", budget_period: "month",
-        rpm: "", tpm: "",
+        rpm: "", tpm: "", ...this.limitsDraft(null),
       };
       this.dialogError = "";
       this.$refs.createDialog.showModal();
@@ -310,6 +311,7 @@ document.addEventListener("alpine:init", () => {
       if (rpm !== null) body.rpm = rpm;
       if (tpm !== null) body.tpm = tpm;
       await this.submit(async () => {
+        Object.assign(body, this.newLimitSettings());
         const key = await api("/v1/admin/keys", { method: "POST", body });
         const { secret, full_key: fullKey, ...shown } = key;
         this.items = [shown, ...this.items];
@@ -333,7 +335,7 @@ document.addEventListener("alpine:init", () => {
       this.copied = true;
     },
     async openEdit(key) {
-      await this.loadTeams();
+      await Promise.all([this.loadTeams(), this.loadCatalogue()]);
       this.editing = key;
       this.draft = {
         name: key.name || "",
@@ -342,7 +344,9 @@ document.addEventListener("alpine:init", () => {
         budget_period: key.budget_period,
         rpm: key.rpm === null ? "" : String(key.rpm),
         tpm: key.tpm === null ? "" : String(key.tpm),
+        ...this.limitsDraft(key),
       };
+      this.limitsBefore = this.limitSettings();
       this.dialogError = "";
       this.$refs.editDialog.showModal();
     },
@@ -359,6 +363,7 @@ document.addEventListener("alpine:init", () => {
       if (rpm !== key.rpm) body.rpm = rpm;
       if (tpm !== key.tpm) body.tpm = tpm;
       await this.submit(async () => {
+        Object.assign(body, this.changedLimitSettings());
         if (Object.keys(body).length) {
           this.replace(await api(`/v1/admin/keys/${encodeURIComponent(key.access_key_id)}`, { method: "PATCH", body }));
         }
