@@ -141,6 +141,28 @@ def test_an_unanswered_command_runs_in_order_and_leaves_the_replies_in_step(url:
         assert _reply_skips(url) - skips >= 51
 
 
+def test_held_unanswered_commands_go_before_the_next_write_and_never_alone_per_call(url: str, make: Any) -> None:
+    """`soon=True` holds a command back: it runs before any command written after it (order as
+    sent), and a held command with nothing after it still reaches Redis within the loop's turn."""
+    async def body(client: Client, ns: str) -> list[Any]:
+        await client.execute("SET", ns + "n", 0, "EX", 60)
+        for _ in range(30):
+            await client.send_unanswered(("INCRBY", ns + "n", 2), soon=True)
+        await client.send_unanswered(("INCRBY", ns + "n", 1))  # written now, with the held ones first
+        in_order = await client.execute("GET", ns + "n")
+        await client.send_unanswered(("INCRBY", ns + "n", 5), soon=True)
+        await asyncio.sleep(0)  # nothing else written: the loop's turn sends it
+        await asyncio.sleep(0.05)
+        other = make(url)  # another connection sees it: it reached Redis on its own
+        try:
+            alone = await other.execute("GET", ns + "n")
+        finally:
+            await other.close()
+        return [in_order, alone, await client.execute("GET", ns + "n")]
+
+    assert run(url, body, make) == [b"61", b"66", b"66"]
+
+
 @pytest.fixture
 def redis_without_client_command(url: str) -> Iterator[str]:
     """A Redis of its own with the CLIENT command renamed away, as some proxies and managed

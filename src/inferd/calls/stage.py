@@ -181,9 +181,9 @@ class CallStage:
                               answer.completion_tokens, started=started, cached=answer.cached_tokens,
                               metadata=billing.metadata, price_factor=billing.price_factor, cost_usd=answer.cost_usd)
             _noted(usage)
+            await self.tokens_used(billing.key, usage)  # first: its Redis write goes with the spend's
             if record:
                 await self._writer.record(usage)
-            await self.tokens_used(billing.key, usage)
             return Metered(answer.value, usage, answering, deployment)
         finally:
             self._writer.active -= 1
@@ -210,9 +210,10 @@ class CallStage:
             await self._writer.record(usage)
 
     async def record(self, usage: Usage, key: KeyRecord) -> None:
-        """Commit one usage row (a stream's, when it ends)."""
-        await self._writer.record(usage)
+        """Commit one usage row (a stream's, when it ends), its tokens counted first (one write to
+        Redis for both)."""
         await self.tokens_used(key, usage)
+        await self._writer.record(usage)
 
     async def tokens_used(self, key: KeyRecord, usage: Usage) -> None:
         """A call's tokens count in the tokens-per-minute windows of its key, its team and its model."""

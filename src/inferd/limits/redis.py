@@ -4,25 +4,28 @@ client of limits/resp.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
-from typing import Any
+from datetime import date
+from typing import Any, Sequence
 
 from inferd.errors import BudgetExceeded, RateLimited
-from typing import Sequence
 
 from inferd.limits.base import WINDOW_SECONDS, Limits, RateState, SpendLoader, budget_message
-from inferd.limits.periods import current_label, day_labels, since_label
-from inferd.limits.resp import Client, Script
+from inferd.limits.periods import current_label, day_labels, since_label, today
+from inferd.limits.resp import Client, Encoded, Script
 from inferd.observe.requests import current
 from inferd.store.key_limits import Budget, Window
 from inferd.store.keys import KeyRecord
 from inferd.store.usage_write import Amounts
 
 # Add to spend counters that exist; a missing counter is loaded from the database on next read.
+# KEYS: the counters of each (scope, owner, day), four each (the day's period labels); ARGV: one
+# cost per four counters.
 _ADD_SCRIPT = """
 for i, key in ipairs(KEYS) do
   if redis.call('EXISTS', key) == 1 then
-    redis.call('INCRBYFLOAT', key, ARGV[i])
+    redis.call('INCRBYFLOAT', key, ARGV[math.floor((i - 1) / 4) + 1])
   end
 end
 return 0
@@ -168,7 +171,32 @@ end
 return 0
 """
 
+_ADD_TEXT = Encoded.of(_ADD_SCRIPT)  # sent with every unanswered EVAL: framed once
+_TOKENS_TEXT = Encoded.of(_TOKENS_SCRIPT)
+
 _TTL_OF_PERIOD = {"D": 3 * 86400, "W": 9 * 86400, "M": 40 * 86400, "T": 40 * 86400}
+
+
+class _Members:
+    """Names for the calls counted in a request set, unique across processes and replicas: a random
+    prefix per process (drawn again in a forked worker) and a counter (no system call per call)."""
+
+    def __init__(self) -> None:
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)
+
+    def reseed(self) -> None:
+        """A new prefix and counter (this process is new)."""
+        self._prefix = os.urandom(8).hex() + "."
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        """A name no other call has."""
+        return self._prefix + str(next(self._count))
+
+
+_members = _Members()
+_NAMES_KEPT = 4096  # entries at most: a record renewed (every minute) makes a new one, so past it all go
 
 
 def _seconds(us: Any) -> int:
@@ -191,19 +219,33 @@ class RedisRateLimiter:
         self._window_s = max(1, int(window))
         self._script = Script(redis, _ADMIT_SCRIPT)
         self._remaining = Script(redis, _REMAINING_SCRIPT)
+        self._token_names: dict[str, Encoded] = {}
 
-    def names(self, windows: Sequence[Window]) -> list[str]:
+    def names(self, windows: Sequence[Window]) -> list[Encoded]:
         """Each window's request set and token hash."""
         prefix = self._prefix
         names = []
         for window in windows:
-            names += (prefix + "rpm:" + window.name, prefix + "tpm:" + window.name)
+            names += (Encoded.of(prefix + "rpm:" + window.name), Encoded.of(prefix + "tpm:" + window.name))
+        return names
+
+    def token_names(self, windows: Sequence[Window]) -> list[Encoded]:
+        """The token hashes of windows, framed once per window id."""
+        known = self._token_names
+        names = []
+        for window in windows:
+            name = known.get(window.name)
+            if name is None:
+                if len(known) >= _NAMES_KEPT:
+                    known.clear()
+                name = known[window.name] = Encoded.of(self._prefix + "tpm:" + window.name)
+            names.append(name)
         return names
 
     @staticmethod
     def arguments(windows: Sequence[Window], window_us: int, units: int) -> list[Any]:
         """The admission script's arguments."""
-        args: list[Any] = [window_us, os.urandom(8).hex(), units, len(windows)]
+        args: list[Any] = [window_us, _members.next(), units, len(windows)]
         for window in windows:
             args += (window.rpm or 0, window.tpm or 0)
         return args
@@ -225,10 +267,11 @@ class RedisRateLimiter:
                  None if int(reply[2 * i + 1]) < 0 else int(reply[2 * i + 1])) for i in range(len(windows))]
 
     async def count_tokens(self, windows: Sequence[Window], tokens: int) -> None:
-        """Add a finished call's tokens, without waiting for the reply (as spend is added)."""
-        names = [self._prefix + "tpm:" + window.name for window in windows]
-        await self._redis.send_unanswered(("EVAL", _TOKENS_SCRIPT, len(names), *names, tokens,
-                                           self._window_s + 2))
+        """Add a finished call's tokens, without waiting for the reply (as spend is added), in the
+        same write as the call's spend when it has one (the stage counts tokens first)."""
+        names = self.token_names(windows)
+        await self._redis.send_unanswered(("EVAL", _TOKENS_TEXT, len(names), *names, tokens, self._window_s + 2),
+                                          soon=True)
 
     async def close(self) -> None:
         """Close the connection pool."""
@@ -242,6 +285,7 @@ class RedisSpendCounter:
         self._redis = redis
         self._prefix = prefix + "spend:"
         self._load = loader
+        self._names: dict[tuple[str, str, str], tuple[Encoded, ...]] = {}  # (scope, owner, day): its counters
 
     def key_name(self, scope: str, owner: str, period_label: str) -> str:
         """The Redis key holding one owner's spend in one period."""
@@ -276,13 +320,20 @@ class RedisSpendCounter:
         lost a loaded script."""
         if not amounts:
             return
-        names = []
+        names: list[Encoded] = []
         costs = []
-        for (scope, owner, day), cost in amounts.items():
-            for period_label in day_labels(day):
-                names.append(self.key_name(scope, owner, period_label))
-                costs.append(repr(cost))
-        await self._redis.send_unanswered(("EVAL", _ADD_SCRIPT, len(names), *names, *costs))
+        known = self._names
+        for owner_day, cost in amounts.items():
+            counters = known.get(owner_day)
+            if counters is None:
+                if len(known) >= _NAMES_KEPT:
+                    known.clear()
+                scope, owner, day = owner_day
+                counters = known[owner_day] = tuple(Encoded.of(self.key_name(scope, owner, period_label))
+                                                    for period_label in day_labels(day))
+            names += counters
+            costs.append(repr(cost))
+        await self._redis.send_unanswered(("EVAL", _ADD_TEXT, len(names), *names, *costs))
 
     async def close(self) -> None:
         """Nothing beyond the shared client (closed by the rate limiter)."""
@@ -352,6 +403,31 @@ class RedisLimits(Limits):
         super().__init__(self._rate, self._spend)
         self._window_us = int(window * 1_000_000)
         self._admissions = _Admissions(redis)
+        # The Redis names of a key record's windows and budgets, by the identity of its tuples (key
+        # records are cached, so the same tuples come back call after call): building them is a
+        # string join per window and per budget. Entries hold their tuples, so an id is not reused
+        # while its entry lives; the day is checked because spend counters are named by period.
+        self._names: dict[tuple[int, int], tuple[tuple[Window, ...], tuple[Budget, ...], date, list[Encoded],
+                                                 list[str], list[Encoded]]] = {}
+        self._window_arg = Encoded.of(str(self._window_us))
+
+    def _names_of(self, windows: tuple[Window, ...], budgets: tuple[Budget, ...]
+                  ) -> tuple[list[Encoded], list[str], list[Encoded]]:
+        """The script's keys (framed), the spend counters' names and the script's arguments after
+        the call's own (the windows' count and limits, framed) of a key record's tuples."""
+        day = today()
+        entry = self._names.get((id(windows), id(budgets)))
+        if entry is not None and entry[0] is windows and entry[1] is budgets and entry[2] == day:
+            return entry[3], entry[4], entry[5]
+        spend_names = [self._spend.name_of(budget) for budget in budgets]
+        names = [*self._rate.names(windows), *map(Encoded.of, spend_names)]
+        limits = [Encoded.of(str(len(windows)))]
+        for window in windows:
+            limits += (Encoded.of(str(window.rpm or 0)), Encoded.of(str(window.tpm or 0)))
+        if len(self._names) >= _NAMES_KEPT:
+            self._names.clear()
+        self._names[(id(windows), id(budgets))] = (windows, budgets, day, names, spend_names, limits)
+        return names, spend_names, limits
 
     async def admit(self, key: KeyRecord, metered: bool, units: int = 1) -> None:
         """429 over a window's limit, else 402 when a budget's period is spent."""
@@ -359,9 +435,9 @@ class RedisLimits(Limits):
         windows = key.windows
         if not windows and not budgets:
             return
-        spend_names = [self._spend.name_of(budget) for budget in budgets]
-        reply = await self._admissions.check([*self._rate.names(windows), *spend_names],
-                                             self._rate.arguments(windows, self._window_us, units))
+        names, spend_names, limits = self._names_of(windows, budgets)
+        # As RedisRateLimiter.arguments, from the parts framed once.
+        reply = await self._admissions.check(names, [self._window_arg, _members.next(), units, *limits])
         if windows:
             note = current.get()
             if note is not None:

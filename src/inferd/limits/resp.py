@@ -37,17 +37,41 @@ class _Incomplete(Exception):
     """The buffer ends inside a reply: wait for more bytes."""
 
 
+class Encoded(bytes):
+    """An argument already framed as RESP's bulk string, written as it is: for the names and
+    script texts sent on every call, framed once instead of per call (`raw`: the argument)."""
+
+    raw: bytes
+
+    @classmethod
+    def of(cls, value: str | bytes) -> "Encoded":
+        """`value` framed once."""
+        data = value.encode() if isinstance(value, str) else value
+        framed = cls(b"$%d\r\n%s\r\n" % (len(data), data))
+        framed.raw = data
+        return framed
+
+
 def _encode(command: Command) -> bytes:
     parts = [b"*%d\r\n" % len(command)]
     for arg in command:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
+        kind = type(arg)
+        if kind is Encoded:
+            parts.append(arg)
+            continue
+        if kind is str:
             data = arg.encode()
+        elif isinstance(arg, bytes):
+            data = arg
         else:
             data = str(arg).encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
+
+
+def _plain(arg: Any) -> Any:
+    """An argument as redis-py takes it."""
+    return arg.raw if type(arg) is Encoded else arg
 
 
 def _parse(buffer: bytearray, pos: int) -> tuple[Any, int]:
@@ -142,7 +166,7 @@ class _Commands:
     async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         raise NotImplementedError
 
-    async def send_unanswered(self, command: Command) -> None:
+    async def send_unanswered(self, command: Command, soon: bool = False) -> None:
         """Run a command whose reply nobody needs. Here: wait for it, and raise an error reply."""
         _raised((await self.pipeline([command]))[0])
 
@@ -167,6 +191,8 @@ class RespClient(_Commands):
         self._replies: _Replies | None = None
         self._connecting: asyncio.Lock | None = None
         self._reply_skip = False  # the server takes CLIENT REPLY SKIP (probed on connect)
+        self._later = bytearray()  # unanswered commands not written yet (`send_unanswered(soon=True)`)
+        self._flush_due = False
 
     async def _connected(self) -> _Replies:
         replies = self._replies
@@ -185,7 +211,7 @@ class RespClient(_Commands):
             if self._db:
                 setup.append(("SELECT", self._db))
             setup.append(("CLIENT", "REPLY", "ON"))  # the probe: a proxy or old server answers an error
-            *answers, probe = await self._send(replies, setup)
+            *answers, probe = await self._send(replies, setup, first=True)
             for reply in answers:
                 if isinstance(reply, Exception):
                     replies.transport.close()  # type: ignore[union-attr]
@@ -194,22 +220,38 @@ class RespClient(_Commands):
             self._replies = replies
             return replies
 
-    @staticmethod
-    async def _send(replies: _Replies, commands: Sequence[Command]) -> list[Any]:
+    async def _send(self, replies: _Replies, commands: Sequence[Command], first: bool = False) -> list[Any]:
+        """Write `commands` (after those held back, unless they are a new connection's `first`)
+        and wait for their replies."""
         if not commands:
             return []
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in commands]
         replies.waiting.extend(futures)
         assert replies.transport is not None
-        replies.transport.write(b"".join(map(_encode, commands)))
+        held = b"" if first else self._take_later()
+        replies.transport.write(held + b"".join(map(_encode, commands)))
         return [await future for future in futures]
+
+    def _take_later(self) -> bytes:
+        """The unanswered commands held back, to go first in the next write (order is kept)."""
+        if not self._later:
+            return b""
+        held = bytes(self._later)
+        self._later.clear()
+        return held
+
+    def _flush_later(self) -> None:
+        self._flush_due = False
+        replies = self._replies
+        if self._later and replies is not None and replies.transport is not None:
+            replies.transport.write(self._take_later())
 
     async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         """Every command's reply, in order, error replies as RedisReplyError values."""
         return await self._send(await self._connected(), commands)
 
-    async def send_unanswered(self, command: Command) -> None:
+    async def send_unanswered(self, command: Command, soon: bool = False) -> None:
         """Write a command that Redis runs without replying (CLIENT REPLY SKIP), and return at once.
 
         No reply means no wake-up of this process to read one: on a call's hot path (the spend
@@ -218,13 +260,24 @@ class RespClient(_Commands):
         it, so this process's next read sees its effect. An error it meets in Redis goes unseen:
         use it only for commands whose loss costs no more than a dropped connection would. A
         server that does not take CLIENT REPLY gets the command with its reply awaited, as
-        `execute` does."""
+        `execute` does.
+
+        With `soon`, the command is held until the next write on the connection or the end of
+        this turn of the event loop, whichever comes first: the commands of calls that end together
+        (and the one a call sends next) share one system call. For commands nobody reads at once
+        (a finished call's tokens), never for one that must be in Redis before the caller goes on."""
         replies = await self._connected()
         if not self._reply_skip:
             _raised((await self._send(replies, [command]))[0])
             return
         assert replies.transport is not None
-        replies.transport.write(_SKIP_NEXT_REPLY + _encode(command))
+        if soon:
+            self._later += _SKIP_NEXT_REPLY + _encode(command)
+            if not self._flush_due:
+                self._flush_due = True
+                asyncio.get_running_loop().call_soon(self._flush_later)
+            return
+        replies.transport.write(self._take_later() + _SKIP_NEXT_REPLY + _encode(command))
 
     async def close(self) -> None:
         """Close the connection."""
@@ -248,7 +301,7 @@ class RedisPyClient(_Commands):
 
         pipe = self._redis.pipeline(transaction=False)
         for command in commands:
-            pipe.execute_command(*command)
+            pipe.execute_command(*map(_plain, command))
         replies = await pipe.execute(raise_on_error=False)
         return [NoScriptError(str(r)) if isinstance(r, RedisPyNoScript) else
                 RedisReplyError(str(r)) if isinstance(r, ResponseError) else r for r in replies]
@@ -273,6 +326,7 @@ class Script:
         self._client = client
         self._source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self._sha = Encoded.of(self.sha)
 
     async def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         (reply,) = await self.many([(keys, args)])
@@ -281,7 +335,7 @@ class Script:
     async def many(self, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
         """Every call's reply (error replies as values), sent together."""
         for attempt in range(2):
-            replies = await self._client.pipeline([("EVALSHA", self.sha, len(keys), *keys, *args) for keys, args in calls])
+            replies = await self._client.pipeline([("EVALSHA", self._sha, len(keys), *keys, *args) for keys, args in calls])
             if attempt == 0 and any(isinstance(reply, NoScriptError) for reply in replies):
                 await self._client.execute("SCRIPT", "LOAD", self._source)
                 continue
