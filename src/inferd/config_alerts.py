@@ -5,7 +5,8 @@
 webhook_url = "https://hooks.example/inferd"   # http or https; required
 secret = "…"                                  # HMAC-SHA256 key of x-inferd-signature; required
 check_interval_s = 2.0                        # how often each replica looks at spend
-retry_base_s = 1.0                            # first retry delay, doubled each time (at most 5 min)
+retry_base_s = 1.0                            # first retry delay, doubled each time
+retry_max_s = 300.0                           # the longest delay between two tries
 retry_for_s = 3600.0                          # how long a failing delivery is retried
 ```
 
@@ -34,10 +35,11 @@ class AlertsConfig:
     secret: str = field(repr=False)  # never printed: it signs every alert
     check_interval_s: float = 2.0
     retry_base_s: float = 1.0
+    retry_max_s: float = 300.0
     retry_for_s: float = 3600.0
 
 
-_NUMBERS = ("check_interval_s", "retry_base_s", "retry_for_s")
+_NUMBERS = ("check_interval_s", "retry_base_s", "retry_max_s", "retry_for_s")
 
 
 def parse_alerts(fail: Fail, raw: Any) -> AlertsConfig:

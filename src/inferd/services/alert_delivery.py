@@ -4,7 +4,7 @@ Every replica runs a sender. Each claims due rows one by one (store/alerts.py `c
 replica wins a row), POSTs the stored body signed with `x-inferd-signature: sha256=<hex
 HMAC-SHA256(secret, body)>` and records the outcome: a 2xx delivers it; anything else (another
 status, a refused connection, a timeout) schedules a retry after 1, 2, 4 ... `retry_base_s`
-seconds (at most 5 minutes apart) until `retry_for_s` after the alert was queued, then gives up
+seconds (at most `retry_max_s`, 5 minutes by default, apart) until `retry_for_s` after the alert was queued, then gives up
 with a warning. The rows are the queue, so a restart loses none: whichever replica runs next
 takes them up. A replica that dies mid-delivery holds its row CLAIM_S seconds; another then
 sends it again, so a receiver may, rarely, see an alert twice: it dedupes on the body's `id`.
@@ -29,7 +29,6 @@ log = logging.getLogger("inferd.alerts")
 
 POST_TIMEOUT_S = 10.0
 CLAIM_S = 30.0  # longer than a POST may take: a claim outlives its delivery
-MAX_DELAY_S = 300.0
 BATCH = 20  # rows claimed per pass; a full pass is followed by another at once
 
 # Counts an outcome (`delivered`, `retried`, `failed`), e.g. into inferd_alerts_total.
@@ -95,7 +94,7 @@ class AlertSender:
             self._outcome("failed")
             log.warning("budget alert %s not delivered after %d attempts, giving up: %s", row.id, attempts, error)
             return
-        delay = min(self._config.retry_base_s * 2 ** row.attempts, MAX_DELAY_S)
+        delay = min(self._config.retry_base_s * 2 ** min(row.attempts, 60), self._config.retry_max_s)
         await self._repo.retry_at(row.id, min(now + timedelta(seconds=delay), deadline), error)
         self._outcome("retried")
         log.info("budget alert %s not delivered (%s); retrying in %.1f s", row.id, error, delay)
