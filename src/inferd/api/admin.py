@@ -52,9 +52,9 @@ async def get_key(access_key_id: str, admin: KeyRecord = Depends(admin_key),
 @router.patch("/v1/admin/keys/{access_key_id}", response_model=KeyObject)
 async def update_key(access_key_id: str, body: KeyUpdateRequest, admin: KeyRecord = Depends(admin_key),
                      service: Administration = Depends(administration)) -> dict[str, Any]:
-    """Change `name`, `budget_usd`, `rpm`, `team`, `tpm`, `budget_period`, `models`, `expires_in` or
-    `expires_at` (null removes a limit); obeyed from the next request on. An unknown team is 404,
-    models wider than the team's or org's 400."""
+    """Change `name`, `budget_usd`, `rpm`, `team`, `tpm`, `budget_period`, `models`, `model_limits`,
+    `expires_in` or `expires_at` (null removes a limit); obeyed from the next request on. An unknown
+    team is 404, models wider than the team's or org's 400."""
     return await service.update_key(admin, access_key_id, body.model_dump(include=body.model_fields_set))
 
 
