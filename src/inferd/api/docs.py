@@ -141,7 +141,7 @@ async def rerank(request: RerankRequest) -> RerankResponse:
     raise ServiceUnavailable("not served here")
 
 
-# Anthropic's dialect answers errors in its own envelope (CONTRACT.md decision 20).
+# Anthropic's dialect answers errors in its own envelope (docs/api.md, Errors).
 _ANTHROPIC_ERRORS: dict[int | str, dict[str, object]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 402, 403, 404, 413, 429, 500, 503)}
 

@@ -1,4 +1,4 @@
-"""The `inferd` command line (CONTRACT.md): serve, orgs, teams, keys."""
+"""The `inferd` command line: serve, orgs, teams, keys, usage, batch-worker, batch."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """`inferd keys create …`, `inferd keys update ACCESS_KEY_ID …`, `inferd keys revoke ACCESS_KEY_ID` and
 `inferd keys rotate ACCESS_KEY_ID [--grace DURATION]`.
 
-Each command records its change in the org's audit log with the actor `cli` (CONTRACT.md 19).
+Each command records its change in the org's audit log with the actor `cli`.
 
-`keys create --user EMAIL` refuses a user that an idp subject already owns, as the admin route does
-(CONTRACT.md decision 22, amended): the key would mint that user's keys on the exchange and read
+`keys create --user EMAIL` refuses a user that an idp subject already owns, as the admin route does:
+the key would mint that user's keys on the exchange and read
 their conversations. The operator may still bind one deliberately with `--allow-linked-user`, and
 the audit entry says so (`linked_user: true`).
 """

@@ -1,7 +1,7 @@
 """`inferd orgs create SLUG [--models ID,ID|*] [--no-file-attachments] [--web-search] [--budget-usd X
 --budget-period P]` and `inferd orgs update SLUG …` (recorded in the org's audit log, `org.create`
 and `org.update`, with the actor `cli`). The org's models and budget set here are the operator's
-ceilings: its admin may narrow the models, never widen them nor touch the budget (CONTRACT.md 23)."""
+ceilings: its admin may narrow the models, never widen them nor touch the budget."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`inferd teams create|update ORG/TEAM …`, `inferd teams list ORG` and `inferd teams delete ORG/TEAM`
-(CONTRACT.md decision 23), recorded in the org's audit log (`team.create`, `team.update`,
+"""`inferd teams create|update ORG/TEAM …`, `inferd teams list ORG` and `inferd teams delete ORG/TEAM`,
+recorded in the org's audit log (`team.create`, `team.update`,
 `team.delete`) with the actor `cli`. Running servers obey a change from the next request."""
 
 from __future__ import annotations
