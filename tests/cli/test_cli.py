@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
+from sqlalchemy import select
 
+from inferd.store.tables import users
 from tests.harness import INFERD, Backend, Server, auth, clean_env, pg_create_database, pg_drop_database
 
 BODY = {"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]}
@@ -50,10 +54,42 @@ def test_keys_create_json_and_revoke(server: Server) -> None:
 
 
 def test_keys_create_with_user_owner(server: Server) -> None:
-    result = inferd(server, "keys", "create", "--org", f"cli-{uuid.uuid4().hex[:6]}", "--type", "application",
-                    "--user", "bob@example.com", "--json")
-    key = json.loads(result.stdout)["full_key"]
-    assert server.key_row(key)["user_id"] is not None
+    org = f"cli-{uuid.uuid4().hex[:6]}"
+
+    def create(org: str, *owner: str, key_type: str = "application") -> dict[str, str]:
+        result = inferd(server, "keys", "create", "--org", org, "--type", key_type, *owner, "--json")
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    key = create(org, "--user", "bob@example.com")
+    assert key["org"] == org and key["type"] == "application"
+    row = server.key_row(key["full_key"])
+    user = _user(server, row["user_id"])
+    # The owner is the org's user with that email (made by the command), not linked to an idp subject.
+    assert user["email"] == "bob@example.com" and user["org_id"] == row["org_id"] and user["subject"] is None
+    admin = create(org, key_type="admin")["full_key"]
+    shown = httpx.get(f"{server.v1}/admin/keys/{key['access_key_id']}", headers=auth(admin))
+    assert shown.status_code == 200 and shown.json()["user_email"] == "bob@example.com"
+    # A second key for the same email in the same org belongs to the same user; in another org, to
+    # that org's own user; a key made without --user has no owner.
+    assert server.key_row(create(org, "--user", "bob@example.com")["full_key"])["user_id"] == row["user_id"]
+    elsewhere = server.key_row(create(f"{org}-b", "--user", "bob@example.com")["full_key"])
+    assert elsewhere["user_id"] != row["user_id"]
+    assert _user(server, elsewhere["user_id"])["email"] == "bob@example.com"
+    assert server.key_row(create(org)["full_key"])["user_id"] is None
+    # The call is charged to the user.
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth(key["full_key"]), json=BODY).status_code == 200
+    assert [r["user_id"] for r in server.usage_rows(key["full_key"])] == [str(row["user_id"])]
+
+
+def _user(server: Server, user_id: int) -> dict[str, Any]:
+    """The stored row of a user."""
+
+    async def work(engine: Any) -> dict[str, Any]:
+        async with engine.connect() as conn:
+            return dict((await conn.execute(select(users).where(users.c.id == user_id))).mappings().one())
+
+    return dict(asyncio.run(server._with_db(work)))
 
 
 def test_orgs_create_with_allow_list_and_flags(server: Server) -> None:
