@@ -43,9 +43,18 @@ def test_chat_stream_ends_with_usage(client: Client) -> None:
     assert chunks[0].choices[0].delta.role == "assistant"
 
 
-def test_reasoning_is_typed(client: Client) -> None:
+def test_reasoning_is_typed(client: Client, upstream: Upstream) -> None:
+    # The fake upstream's mock-reasoning sends `reasoning_content` "thinking about it" in a blocking
+    # reply and one "thinking" delta before the words in a stream; the server names it `reasoning`.
     reply = client.chat("mock-reason", HELLO)
-    assert reply.choices[0].message.get("reasoning") or reply.choices[0].message.get("reasoning_content")
+    assert upstream.last_chat_body()["model"] == "mock-reasoning"
+    message = reply.choices[0].message
+    assert message.reasoning == "thinking about it" and message.content == " ".join(REPLY_WORDS)
+    with client.chat_stream("mock-reason", HELLO) as stream:
+        chunks = list(stream)
+    assert [c.choices[0].delta.reasoning for c in chunks if c.choices and c.choices[0].delta.reasoning] == [
+        "thinking"]
+    assert "".join(c.text for c in chunks) == " ".join(REPLY_WORDS)
 
 
 def test_mid_stream_timeout_is_a_stream_error(client: Client) -> None:
