@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -48,10 +49,20 @@ def test_refused_calls_write_no_row(server: Server) -> None:
 
 
 def test_streamed_and_blocking_cost_the_same(server: Server, app_key: str) -> None:
-    for stream in (False, True):
-        httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
-                   json={"model": "mock-chat", "messages": MESSAGES, "stream": stream})
+    replies = [httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
+                          json={"model": "mock-chat", "messages": MESSAGES, "stream": stream})
+               for stream in (False, True)]
+    assert [r.status_code for r in replies] == [200, 200]
+    frames = [f for f in replies[1].text.split("\n\n") if f]
+    assert frames[-1] == "data: [DONE]"  # the stream ran to its end, its usage last before the end
+    assert json.loads(frames[-2].removeprefix("data: "))["usage"] == replies[0].json()["usage"]
     blocking, streamed = server.usage_rows(app_key)
+    assert blocking["status_code"] == streamed["status_code"] == 200
+    prompt = count_prompt_tokens({"messages": MESSAGES})
+    assert (blocking["prompt_tokens"], blocking["completion_tokens"]) == (
+        prompt, replies[0].json()["usage"]["completion_tokens"])
+    assert blocking["cost_usd"] == pytest.approx((prompt * 1.0 + blocking["completion_tokens"] * 2.0) / 1e6)
+    assert blocking["cost_usd"] > 0 and blocking["cached_prompt_tokens"] == prompt // 2
     for field in ("prompt_tokens", "completion_tokens", "cost_usd", "cached_prompt_tokens"):
         assert blocking[field] == streamed[field]
 
