@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
 import httpx
 import openai
 import pytest
+from sqlalchemy import select
 
+from inferd.store.db import create_engine
+from inferd.store.tables import usage_rows
 from tests.fakes.upstream import REPLY_WORDS, count_prompt_tokens
 from tests.harness import Server, Upstream, auth
 
@@ -55,13 +62,37 @@ def test_stream_frames_on_the_wire(server: Server, app_key: str, upstream: Upstr
     assert upstream.last_chat_body()["stream_options"] == {"include_usage": True}
 
 
-def test_row_is_committed_before_the_reply_finishes(server: Server, app_key: str) -> None:
-    for stream in (False, True):
+def test_the_server_commits_each_reply_s_row(server: Server, app_key: str) -> None:
+    # A reply waits for its row's write to the journal, not for a commit; the server folds the
+    # journal into the table on its own soon after. The table is read here without folding anything
+    # (server.usage_rows would fold the journal itself), so each row seen was committed by the server.
+    for n, stream in enumerate((False, True), start=1):
         response = httpx.post(server.v1 + "/chat/completions", headers=auth(app_key),
                               json={"model": "mock-chat", "messages": HELLO, "stream": stream})
         assert response.status_code == 200
-        rows = server.usage_rows(app_key)  # read the moment the reply is complete
-        assert len(rows) == (1 if not stream else 2)
+        deadline = time.monotonic() + 30
+        while len(rows := _committed_rows(server, app_key)) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(rows) == n
+        assert (rows[-1]["status_code"], rows[-1]["prompt_tokens"], rows[-1]["completion_tokens"]) == (
+            200, PROMPT, len(REPLY_WORDS))
+
+
+def _committed_rows(server: Server, full_key: str) -> list[dict[str, Any]]:
+    """The key's usage rows in the table, oldest first, read without folding any journal."""
+    key_id = full_key.split(":")[0]
+
+    async def read() -> list[dict[str, Any]]:
+        engine = create_engine(server.backend.database_url)
+        try:
+            async with engine.connect() as conn:
+                rows = await conn.execute(select(usage_rows).where(usage_rows.c.key_id == key_id)
+                                          .order_by(usage_rows.c.id))
+                return [dict(r) for r in rows.mappings()]
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
 
 
 def test_passthrough_forwards_unknown_fields_and_strips_metadata(server: Server, app_key: str,
