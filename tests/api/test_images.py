@@ -59,7 +59,25 @@ def test_each_image_is_one_rate_limit_unit(server: Server) -> None:
 
 
 def test_budget_applies(server: Server) -> None:
+    # The spec: at or above its budget a key's calls get 402 `budget_exceeded` (type billing_error);
+    # spend is counted after each call, so the call that crosses the budget is served, the next refused.
+    body = {"model": "t2i", "prompt": "x", "size": "8x8"}
     key = server.create_key(budget_usd=0)
-    reply = httpx.post(server.v1 + "/images/generations", headers=auth(key),
-                       json={"model": "t2i", "prompt": "x", "size": "8x8"})
+    reply = httpx.post(server.v1 + "/images/generations", headers=auth(key), json=body)
+    _refused_for_budget(reply)
+    assert server.usage_rows(key) == [] and server.spend(key) == 0  # nothing generated, nothing charged
+    key = server.create_key(budget_usd=0.05)  # one image costs 0.04
+    for n in (1, 1):
+        reply = httpx.post(server.v1 + "/images/generations", headers=auth(key), json={**body, "n": n})
+        assert reply.status_code == 200 and len(reply.json()["data"]) == n
+    assert server.spend(key) == pytest.approx(0.08)
+    _refused_for_budget(httpx.post(server.v1 + "/images/generations", headers=auth(key), json=body))
+    assert [row["status_code"] for row in server.usage_rows(key)] == [200, 200]
+    assert server.spend(key) == pytest.approx(0.08)
+
+
+def _refused_for_budget(reply: httpx.Response) -> None:
     assert reply.status_code == 402
+    error = reply.json()["error"]
+    assert set(error) >= {"message", "type", "code"}
+    assert error["code"] == "budget_exceeded" and error["type"] == "billing_error" and error["message"]
