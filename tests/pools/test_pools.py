@@ -141,18 +141,32 @@ def test_a_relayed_4xx_is_final_and_a_429_fails_over(pool_server: Server, fleet:
     assert deployments_used(pool_server, key) == ["picky-a", "throttled-b"]
 
 
-def test_back_pressure_waits_in_line_then_answers_503_without_a_usage_row(pool_server: Server) -> None:
+def _received(fleet: Fleet, upstream: str, marker: str) -> bool:
+    """Whether one upstream has received a chat request whose messages hold `marker`."""
+    return any(r["path"] == "/v1/chat/completions" and marker in str(r["body"].get("messages"))
+               for r in fleet.upstreams[upstream].requests())
+
+
+def test_back_pressure_waits_in_line_then_answers_503_without_a_usage_row(pool_server: Server, fleet: Fleet) -> None:
     key = new_key(pool_server)
+    marker = f"tight-{uuid.uuid4().hex[:8]}"
     with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(chat, pool_server, key, "tight")
-        time.sleep(0.2)
+        first = pool.submit(chat, pool_server, key, "tight", messages=[{"role": "user", "content": marker}])
+        # The second call is sent once the first holds the one slot: its upstream has the request.
+        deadline = time.monotonic() + 30
+        while not _received(fleet, "a", marker) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _received(fleet, "a", marker)
         started = time.monotonic()
         second = pool.submit(chat, pool_server, key, "tight").result()
         waited = time.monotonic() - started
+        # Order, not a bound on the wait: the second is refused while the first (1.5 s upstream)
+        # still holds the slot, so it gave up in line instead of waiting for the slot to free.
+        first_still_running = not first.done()
         assert first.result().status_code == 200
     assert second.status_code == 503 and second.json()["error"]["code"] == "model_overloaded"
     assert second.json()["error"]["type"] == "server_error" and int(second.headers["retry-after"]) >= 1
-    assert 0.25 <= waited < 1.4  # queue_timeout_s = 0.3, not the 1.5 s the first call takes
+    assert first_still_running and waited >= 0.25  # queue_timeout_s = 0.3: it did wait in line
     assert len(pool_server.usage_rows(key)) == 1
     # With room in the line, calls wait their turn and all answer (max_in_flight = 1, 0.4 s each).
     started = time.monotonic()
