@@ -7,12 +7,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from inferd.config_models import ModelConfig
 from inferd.errors import ConfigError
-
-if TYPE_CHECKING:  # config imports this module; the type is only needed by the checker
-    from inferd.config import ModelConfig
 
 log = logging.getLogger("inferd.catalogue")
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from inferd.config import ModelConfig
+from inferd.auth.key_record import KeyRecord
 from inferd.calls.pool import Pool
+from inferd.config_models import ModelConfig
 from inferd.engines.base import CAPABILITY_OF_TYPE, Engine
 from inferd.engines.registry import EngineRegistry
 from inferd.errors import ConfigError, InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
 from inferd.observe.requests import current
-from inferd.store.keys import KeyRecord
 
 CHAT_TYPES = ("chat", "vision-chat")
 _CAPABILITY_PARAMETERS = {

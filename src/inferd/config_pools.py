@@ -9,12 +9,10 @@ model without `deployments` is a pool of one, named by its `deployment` key or i
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from inferd.config_models import ModelConfig
 from inferd.errors import ConfigError
-
-if TYPE_CHECKING:
-    from inferd.config import ModelConfig
 
 ROUTINGS = ("least-busy", "round-robin", "affinity")
 MAX_COOLDOWN_S = 60.0  # a deployment that keeps failing is skipped at most this long at a time

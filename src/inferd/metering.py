@@ -20,12 +20,12 @@ import orjson
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from inferd.auth.key_record import KeyRecord
 from inferd.config import Cost, ModelConfig
 from inferd.limits.base import SpendCounter
 from inferd.observe.metrics import Metrics
 from inferd.store.db import utcnow
 from inferd.store.hot_sqlite import HotSqlite, is_busy
-from inferd.store.keys import KeyRecord
 from inferd.store.tables import spend
 from inferd.store.usage_write import Amounts, UsageWrites, spend_amounts
 

@@ -210,12 +210,12 @@ def _org_slug(server: Server, full_key: str) -> str:
     import asyncio
 
     from inferd.store.db import create_engine
-    from inferd.store.keys import KeyRepository
+    from inferd.auth.key_lookup import KeyLookup
 
     async def work() -> str:
         engine = create_engine(server.backend.database_url)
         try:
-            record = await KeyRepository(engine).lookup(full_key.split(":")[0])
+            record = await KeyLookup(engine).lookup(full_key.split(":")[0])
             assert record is not None
             return record.org_slug
         finally:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from inferd.auth.key_record import KeyRecord
 from inferd.store.db import create_engine
 from inferd.store.key_cache import KeyCache
-from inferd.store.keys import KeyRecord
 from tests.harness import Backend
 
 

@@ -9,7 +9,7 @@ import asyncio
 
 from typing import Any
 
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.engines.llamacpp import LlamaCppEngine
 
 

@@ -14,9 +14,9 @@ from alembic.config import Config
 from sqlalchemy import insert, text
 from sqlalchemy.engine import Connection
 
+from inferd.auth.key_lookup import KeyLookup
 from inferd.store.db import create_engine, migrate, utcnow
 from inferd.store.key_limits import Budget, Window
-from inferd.store.keys import KeyRepository
 from inferd.store.tables import api_keys, orgs, usage_rows
 from tests.harness import Backend, scratch_database, upgrade_to
 from tests.usage.conftest import usage_row
@@ -60,7 +60,7 @@ def test_keys_keep_their_budgets_and_spend_moves_to_days(tmp_path: Path, backend
             assert days == {("key", owner, "2026-03-01"): 0.75, ("key", owner, "2026-03-02"): 1.0,
                             ("key", owner, "2026-04-01"): 2.0, ("org", "usage-tests", "2026-03-01"): 0.75,
                             ("org", "usage-tests", "2026-03-02"): 1.0, ("org", "usage-tests", "2026-04-01"): 2.0}
-            record = await KeyRepository(engine).lookup(owner)
+            record = await KeyLookup(engine).lookup(owner)
             assert record is not None and record.budget_usd == 10.0 and record.rpm == 60
             assert record.budgets == (Budget("key", owner, owner, 10.0, "month"),)
             assert record.windows == (Window("key", owner, 60, None),)

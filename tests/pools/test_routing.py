@@ -9,7 +9,7 @@ import pytest
 
 from inferd.calls.pool import Pool
 from inferd.calls.routing import affinity
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.errors import ModelOverloaded
 
 

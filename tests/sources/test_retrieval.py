@@ -29,7 +29,7 @@ class Searcher:
     """The project's services built once in this process (own event loop), for `search_sources`."""
 
     def __init__(self, server: Server) -> None:
-        from inferd.app import build_services
+        from inferd.wiring import build_services
         from inferd.config import Settings
 
         self.loop = asyncio.new_event_loop()
@@ -39,7 +39,7 @@ class Searcher:
     def search(self, user: User, conversation_id: int, query: str, top_k: int = 3) -> list[dict[str, Any]]:
         """search_sources with the user's key record."""
         async def go() -> list[dict[str, Any]]:
-            key = await self.services.keys.lookup(user.key.split(":")[0])
+            key = await self.services.key_lookup.lookup(user.key.split(":")[0])
             assert key is not None
             return await self.services.retriever.search_sources(key, conversation_id, query, top_k)
 
@@ -153,7 +153,7 @@ def test_keyword_search_finds_an_exact_code_that_vectors_miss(sources_server: Se
     question = "What is kept in locker QX-4471-B?"
 
     async def vector_only() -> list[int]:
-        key = await searcher.services.keys.lookup(alice.key.split(":")[0])
+        key = await searcher.services.key_lookup.lookup(alice.key.split(":")[0])
         assert key is not None
         async with searcher.services.db.connect() as conn:
             ids, matrix, dims = await active_chunk_vectors(conn, cid)

@@ -9,11 +9,11 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from inferd.api import admin_teams
 from inferd.api.deps import admin_key, services
+from inferd.auth.key_record import KeyRecord
 from inferd.protocol.admin import (AuditList, CreatedKey, DeploymentList, KeyCreateRequest, KeyList, KeyObject,
                                    KeyUpdateRequest, OrgSettings, OrgUpdateRequest)
 from inferd.protocol.admin import KeyRotateRequest
 from inferd.services.admin import Administration
-from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["admin"])
 router.include_router(admin_teams.router)  # /v1/admin/teams: one resource per module

@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from inferd.api.deps import admin_key, services
+from inferd.auth.key_record import KeyRecord
 from inferd.protocol.admin_teams import TeamCreateRequest, TeamDeleted, TeamList, TeamObject, TeamSettings
 from inferd.services.admin_teams import TeamAdministration
-from inferd.store.keys import KeyRecord
 from inferd.store.teams import TeamRepository
 
 router = APIRouter(tags=["admin"])

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from inferd.api.checks import check_metadata
 from inferd.api.deps import long_lived_key, services
+from inferd.auth.key_record import KeyRecord
 from inferd.protocol.batches import BatchCreateRequest, BatchList, BatchObject
 from inferd.store.audit import AuditLog
-from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["batches"])
 

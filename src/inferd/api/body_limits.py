@@ -19,8 +19,8 @@ import orjson
 from starlette.routing import BaseRoute, Match
 
 from inferd.api.asgi import ClientGone, Message, Receive, Scope, Send, header, send_error
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import InferdError, InvalidRequest, PayloadTooLarge, RequestTimeout
-from inferd.store.keys import KeyRecord
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -12,11 +12,11 @@ from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive
                              send_error)
 from inferd.api.checks import check_chat, check_metadata
 from inferd.api.hot import JsonRoute, affinity_of
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
 from inferd.services.chat import DONE_FRAME, ChatCall, ChatService
-from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api.chat")
 

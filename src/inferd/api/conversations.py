@@ -9,12 +9,12 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from inferd.api.deps import metered_user_key, services, user_key
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import InvalidRequest
 from inferd.protocol.conversations import (MAX_BIG_ID, MAX_ID, AddParticipant, ConversationDetailEnvelope, ConversationList,
                                            CreateConversation, CreateMessage, DeleteConversations, DeleteResult,
                                            UpdateConversation)
 from inferd.services.conversations import parse_path_id
-from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["conversations"])
 

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from inferd.api.body_limits import preauthenticated
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import require_admin, require_long_lived, require_user_key
-from inferd.store.keys import KeyRecord
 
 if TYPE_CHECKING:
-    from inferd.app import Services
+    from inferd.wiring import Services
 
 
 def services(request: Request) -> "Services":

@@ -12,13 +12,13 @@ import orjson
 from inferd.api.asgi import JSON_HEADERS, Receive, Scope, Send, send_bytes
 from inferd.api.checks import check_model, is_int
 from inferd.api.hot import JsonRoute, affinity_of
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.calls.stage import Answer, Billing, CallStage
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import EmbeddingEngine
 from inferd.errors import InvalidRequest
 from inferd.limits.base import Limits
-from inferd.store.keys import KeyRecord
 
 
 MAX_INPUTS = 2048  # per request (CONTRACT.md decision 22): one call is a bounded amount of work

@@ -10,12 +10,12 @@ from fastapi.responses import FileResponse
 from inferd.api.deps import long_lived_key, services
 from inferd.api.body_limits import FILE_UPLOAD_BYTES
 from inferd.api.uploads import read_upload
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import InvalidRequest, NotFound
 from inferd.protocol.files import FileDeleted, FileObject
 from inferd.services.batches import file_object, owner_filter
 from inferd.store.audit import AuditEntry, AuditLog
 from inferd.store.files import StoredFile, new_file_id
-from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["files"])
 

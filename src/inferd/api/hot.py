@@ -8,10 +8,10 @@ from typing import Any
 
 from inferd.api.asgi import ClientGone, Receive, Scope, Send, header, require_post, send_error
 from inferd.api.body_limits import HOT_BODY_BYTES, BodyClock, read_json_object
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator, require_long_lived
 from inferd.errors import InferdError, refused_text
 from inferd.limits.base import Limits
-from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api")
 

@@ -17,13 +17,13 @@ from fastapi import APIRouter, Request, Response
 
 from inferd.api.checks import check_model, is_int
 from inferd.api.deps import caller_key, services
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import require_long_lived
 from inferd.calls.stage import Answer, Billing
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ImageEngine
 from inferd.errors import InvalidRequest
 from inferd.protocol.images import MAX_IMAGES, MAX_SIDE, MAX_STEPS_IN_PROCESS, ImageGenerationRequest
-from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["images"])
 _SIZE = re.compile(r"^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$")

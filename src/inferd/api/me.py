@@ -9,9 +9,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from inferd.api.deps import long_lived_key, services
+from inferd.auth.key_record import KeyRecord
 from inferd.protocol.me import Me
 from inferd.services.me import describe
-from inferd.store.keys import KeyRecord
 
 router = APIRouter(tags=["me"])
 

@@ -18,6 +18,7 @@ import orjson
 from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive, Scope, Send, header, note_rejection,
                              response_start, send_bytes)
 from inferd.api.hot import JsonRoute, affinity_of
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.calls.stage import CallStage
 from inferd.catalogue import Deployment, Model, ModelCatalogue
@@ -27,7 +28,6 @@ from inferd.limits.base import Limits
 from inferd.protocol.messages_mapping import error_envelope, from_chat, thinking_on, to_chat, usage_of
 from inferd.protocol.messages_stream import MessageStream
 from inferd.services.chat import ChatCall, ChatService
-from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api.messages")
 

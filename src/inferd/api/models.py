@@ -8,8 +8,8 @@ import orjson
 from fastapi import APIRouter, Depends, Request, Response
 
 from inferd.api.deps import long_lived_key, services
+from inferd.auth.key_record import KeyRecord
 from inferd.protocol.models import ModelList
-from inferd.store.keys import KeyRecord
 
 router = APIRouter()
 

@@ -21,6 +21,7 @@ from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive
                              send_error)
 from inferd.api.deps import long_lived_key, services
 from inferd.api.hot import JsonRoute, affinity_of
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.catalogue import ModelCatalogue
 from inferd.errors import InferdError
@@ -30,7 +31,6 @@ from inferd.protocol.responses_mapping import Translated, continue_from, from_ch
 from inferd.protocol.responses_stream import ResponseStream
 from inferd.services.chat import ChatCall, ChatService
 from inferd.services.responses import History, ResponsesService
-from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.api.responses")
 router = APIRouter(tags=["responses"])

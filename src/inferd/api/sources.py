@@ -10,10 +10,10 @@ import orjson
 from fastapi import APIRouter, Depends, Request, Response
 
 from inferd.api.deps import services, user_key
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import InvalidRequest, NotFound, PermissionDenied
 from inferd.services.conversations import parse_path_id
 from inferd.store import sources as store
-from inferd.store.keys import KeyRecord
 from inferd.protocol.conversations import MAX_ID
 
 router = APIRouter(tags=["sources"])

@@ -11,10 +11,10 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from inferd.api.deps import long_lived_key, services
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import InvalidRequest, NotFound
 from inferd.protocol.usage import UsagePage, UsageSummary
 from inferd.store.db import utcnow
-from inferd.store.keys import KeyRecord
 from inferd.store.usage import SummaryGroup, UsageQuery, UsageRepository, order_groups
 
 router = APIRouter(tags=["usage"])

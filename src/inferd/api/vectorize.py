@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from inferd.api.deps import services, user_key
 from inferd.api.body_limits import VECTORIZE_UPLOAD_BYTES
 from inferd.api.uploads import read_upload
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import InvalidRequest, PermissionDenied
 from inferd.services.ingest.extract import EXTENSIONS
 from inferd.services.ingest.service import vectorize
-from inferd.store.keys import KeyRecord
 from inferd.protocol.conversations import MAX_ID
 
 router = APIRouter(tags=["sources"])

@@ -16,13 +16,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from inferd.auth.idp import IdpVerifier
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.keys import hash_secret, mint
 from inferd.auth.principal import Authenticator
 from inferd.config import IdpConfig
 from inferd.errors import PermissionDenied, ServiceUnavailable
 from inferd.store.audit import AuditEntry
 from inferd.store.db import iso, utcnow
-from inferd.store.keys import KeyRecord, KeyRepository
+from inferd.store.keys import KeyRepository
 from inferd.store.users import UserRepository
 
 DEFAULT_TTL_SECONDS = 3600

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from inferd.auth.key_lookup import KeyLookup
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.keys import parse_bearer, secret_matches
 from inferd.errors import AdminKeyRequired, AuthenticationFailed, PermissionDenied
 from inferd.observe.requests import current
 from inferd.store.db import utcnow
-from inferd.store.keys import KeyRecord, KeyRepository
 
 
 class Authenticator:
     """Turns an `Authorization` header into the caller's key record, or raises 401."""
 
-    def __init__(self, keys: KeyRepository) -> None:
+    def __init__(self, keys: KeyLookup) -> None:
         self._keys = keys
 
     async def authenticate(self, authorization: str | None) -> KeyRecord:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from inferd.calls.deployment_state import DeploymentState
 from inferd.calls.routing import order
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.config_pools import MAX_COOLDOWN_S
 from inferd.errors import ModelOverloaded
 
-REASONS = ("connect", "timeout", "status_5xx", "status_429")
 WAIT = -1  # `Pool.take`: every untried deployment is full: wait in line with `acquire`
 
 
@@ -29,24 +29,6 @@ class _Waiter:
 
     slot: asyncio.Future[int]
     tried: frozenset[int]
-
-
-@dataclass
-class DeploymentState:
-    """What the pool knows about one deployment: calls in flight, its cooldown, failures by reason."""
-
-    name: str
-    weight: float
-    max_in_flight: int | None
-    in_flight: int = 0
-    cooldown_until: float = 0.0  # monotonic seconds; healthy when in the past
-    streak: int = 0  # failures in a row: each doubles the next cooldown
-    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
-    attempts: int = 0
-
-    def has_room(self) -> bool:
-        """Whether one more call may start on it."""
-        return self.max_in_flight is None or self.in_flight < self.max_in_flight
 
 
 class Pool:

@@ -5,16 +5,25 @@ lines), only deployments with a free slot of its pacer (calls/pacing.py)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
 from inferd.calls.pool import WAIT, Pool
 from inferd.catalogue import Model
 from inferd.engines.base import Engine
-from inferd.store.keys import KeyRecord
+from inferd.observe.metrics import Metrics
 
-if TYPE_CHECKING:
-    from inferd.calls.stage import CallStage
+
+class Fallbacks(Protocol):
+    """What a route asks of its call stage (calls/stage.py) once the model's deployments are spent."""
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    def fallbacks(self, model: Model, key: KeyRecord, capability: type[Engine]) -> list[Model]:
+        """The model's fallbacks the key may use now that can serve the same capability, in order."""
+        ...
 
 
 class Route:
@@ -24,7 +33,7 @@ class Route:
 
     __slots__ = ("_stage", "_origin", "_model", "_key", "_capability", "_affinity", "_tried", "_deadline", "_fallbacks")
 
-    def __init__(self, stage: CallStage, model: Model, key: KeyRecord, capability: type[Engine],
+    def __init__(self, stage: Fallbacks, model: Model, key: KeyRecord, capability: type[Engine],
                  affinity: str | None) -> None:
         self._stage = stage
         self._origin = model.id
@@ -81,7 +90,7 @@ class PacedRoute(Route):
 
     __slots__ = ("_pacer",)
 
-    def __init__(self, stage: CallStage, model: Model, key: KeyRecord, capability: type[Engine],
+    def __init__(self, stage: Fallbacks, model: Model, key: KeyRecord, capability: type[Engine],
                  affinity: str | None, pacer: Pacer) -> None:
         super().__init__(stage, model, key, capability, affinity)
         self._pacer = pacer

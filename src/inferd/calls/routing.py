@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:
-    from inferd.calls.pool import DeploymentState
+from inferd.calls.deployment_state import DeploymentState
 
 
-def least_busy(states: Sequence["DeploymentState"], healthy: list[int], turn: list[float]) -> list[int]:
+def least_busy(states: Sequence[DeploymentState], healthy: list[int], turn: list[float]) -> list[int]:
     """By calls in flight per unit of weight; ties go to the one picked least recently."""
     return sorted(healthy, key=lambda i: (states[i].in_flight / states[i].weight, states[i].attempts))
 
 
-def round_robin(states: Sequence["DeploymentState"], healthy: list[int], turn: list[float]) -> list[int]:
+def round_robin(states: Sequence[DeploymentState], healthy: list[int], turn: list[float]) -> list[int]:
     """The next deployment in weighted turn first (nginx's smooth weighted round-robin), then least-busy."""
     if not healthy:
         return []
@@ -42,12 +41,12 @@ def _rendezvous(key: str, name: str, weight: float) -> float:
     return -weight / math.log(unit)
 
 
-def affinity(states: Sequence["DeploymentState"], healthy: list[int], key: str) -> list[int]:
+def affinity(states: Sequence[DeploymentState], healthy: list[int], key: str) -> list[int]:
     """Healthy deployments by rendezvous score for `key`, highest first."""
     return sorted(healthy, key=lambda i: -_rendezvous(key, states[i].name, states[i].weight))
 
 
-def order(routing: str, states: Sequence["DeploymentState"], healthy: list[int], key: str | None,
+def order(routing: str, states: Sequence[DeploymentState], healthy: list[int], key: str | None,
           turn: list[float]) -> list[int]:
     """The healthy deployments in the order the model's routing tries them."""
     if len(healthy) <= 1:

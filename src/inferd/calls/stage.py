@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Generic, TypeVar
 
+from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
 from inferd.calls.route import PacedRoute, Route
 from inferd.catalogue import Deployment, Model, ModelCatalogue
@@ -33,7 +34,6 @@ from inferd.limits.base import Limits
 from inferd.metering import Usage, UsageRecorder, usage_for
 from inferd.observe.metrics import Metrics
 from inferd.observe.requests import current
-from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.calls")
 

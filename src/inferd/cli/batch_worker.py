@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from inferd.app import build_services
+from inferd.wiring import build_services
 from inferd.cli.common import settings_from_env
 from inferd.config import Settings
 from inferd.errors import ConfigError

@@ -1,4 +1,4 @@
-"""What the governance commands share (CONTRACT.md decision 23): `ORG/TEAM`, model lists, the
+"""What the governance commands share: `ORG/TEAM`, model lists, the
 catalogue's names, and the service's refusals as command-line errors.
 
 The checks are the admin routes' own (services/key_settings.py, services/admin_teams.py), so the
@@ -47,7 +47,7 @@ def model_list(value: str) -> list[str]:
 def catalogue_names(settings: Settings) -> NamesOf:
     """The names of the configured catalogue's models (read only when a command names models: it
     loads the engines' option lists)."""
-    from inferd.app import load_config  # the whole app: only for the commands that need it
+    from inferd.wiring import load_config  # every engine's options: only for the commands that need it
 
     try:
         return names_in(load_config(settings)[0].models)

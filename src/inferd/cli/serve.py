@@ -11,7 +11,7 @@ import click
 import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from inferd.app import InferdApp, load_config
+from inferd.app import InferdApp
 from inferd.cli.common import run_with_db, settings_from_env
 from inferd.cli.keys import create_key
 from inferd.config import LOG_FORMATS, Settings
@@ -19,6 +19,7 @@ from inferd.errors import ConfigError
 from inferd.limits.worker_window import FILE_ENV as WORKER_RATE_FILE_ENV
 from inferd.observe.logs import startup_line
 from inferd.store.orgs import OrgRepository
+from inferd.wiring import load_config
 
 DEFAULT_ORG = "default"
 
@@ -32,7 +33,7 @@ async def bootstrap(engine: AsyncEngine) -> str | None:
 
 
 LIMITS_HELP = """\b
-Limits on one request (CONTRACT.md decision 22):
+Limits on one request (see docs/api.md and docs/configuration.md):
   request bodies are capped while they arrive (413 request_too_large, the
   connection closed): 32 MiB on chat, count_tokens, embeddings, rerank and
   messages; 64 KiB on /v1/auth/exchange; 1 MiB on other JSON routes; uploads

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.errors import ConfigError, EngineError, InvalidRequest
 from inferd.protocol.images import MAX_IMAGES, MAX_SIDE, MAX_STEPS_IN_PROCESS
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import orjson
 
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.engines.base import TokenCount
 from inferd.engines.chat_template import ChatTemplate, text_only
 from inferd.engines.llamacpp_batch import END, Batcher, Job

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import orjson
 
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.engines.base import TokenCount, estimate_tokens
 from inferd.engines.hf_tokenizer import ChatTemplateTokenizer
 from inferd.engines.transcripts import PLAIN_FORMATS, spoken_text

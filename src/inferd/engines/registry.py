@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Callable
 
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.engines.base import Engine
 from inferd.errors import ConfigError
 

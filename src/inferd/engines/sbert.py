@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.engines.bert_encoder import BertEncoder
 from inferd.engines.weights import packaged_path
 from inferd.errors import ConfigError, InvalidRequest

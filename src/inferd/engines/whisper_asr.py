@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.engines.weights import packaged_path
 from inferd.errors import ConfigError, InvalidRequest
 

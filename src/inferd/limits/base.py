@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol, Sequence
 
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import BudgetExceeded, RateLimited
 from inferd.observe.requests import current
 from inferd.store.key_limits import Budget, Window
-from inferd.store.keys import KeyRecord
 from inferd.store.usage_write import Amounts
 
 WINDOW_SECONDS = 60.0

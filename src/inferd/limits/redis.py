@@ -9,6 +9,7 @@ import os
 from datetime import date
 from typing import Any, Sequence
 
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import BudgetExceeded, RateLimited
 
 from inferd.limits.base import WINDOW_SECONDS, Limits, RateState, SpendLoader, budget_message
@@ -16,7 +17,6 @@ from inferd.limits.periods import current_label, day_labels, since_label, today
 from inferd.limits.resp import Client, Encoded, Script
 from inferd.observe.requests import current
 from inferd.store.key_limits import Budget, Window
-from inferd.store.keys import KeyRecord
 from inferd.store.usage_write import Amounts
 
 # Add to spend counters that exist; a missing counter is loaded from the database on next read.

@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from inferd.auth.key_record import KeyRecord
 from inferd.auth.keys import hash_secret, mint
 from inferd.catalogue import ModelCatalogue
 from inferd.errors import InvalidRequest, NotFound, OperatorLimit, UserAlreadyLinked
@@ -23,7 +24,7 @@ from inferd.services.key_settings import key_changes, period_fields, shown_setti
 from inferd.services.model_lists import NamesOf, known, names_in, narrowed
 from inferd.store.audit import AuditEntry, AuditLog, AuditRecord
 from inferd.store.db import iso
-from inferd.store.keys import KeyRecord, KeyRepository, KeyView
+from inferd.store.keys import KeyRepository, KeyView
 from inferd.store.orgs import Org, OrgRepository, models_setting, update_settings
 from inferd.store.teams import TeamRepository
 from inferd.store.users import UserRepository

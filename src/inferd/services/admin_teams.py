@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Mapping
 
+from inferd.auth.key_record import KeyRecord
 from inferd.catalogue import ModelCatalogue
 from inferd.errors import NotFound
 from inferd.limits.periods import since
 from inferd.services.key_settings import period, period_fields
 from inferd.services.model_lists import NamesOf, check_within, known, model_limits, names_in
-from inferd.store.keys import KeyRecord
 from inferd.store.orgs import Org, OrgRepository
 from inferd.store.teams import TEAM_SETTINGS, Team, TeamRepository
 

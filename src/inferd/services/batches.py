@@ -11,13 +11,13 @@ from typing import Any
 
 import orjson
 
+from inferd.auth.key_record import KeyRecord
 from inferd.config import BatchConfig
 from inferd.errors import InvalidRequest, NotFound
 from inferd.store.audit import AuditEntry, AuditLog
 from inferd.store.batches import KEY_REVOKED, BatchRepository
 from inferd.store.db import utcnow
 from inferd.store.files import FileStore, StoredFile
-from inferd.store.keys import KeyRecord
 from inferd.worker.validate import validate_file
 
 ENDPOINT = "/v1/chat/completions"

@@ -12,11 +12,11 @@ from typing import Any, Protocol, Sequence
 
 import orjson
 
+from inferd.auth.key_record import KeyRecord
 from inferd.errors import InvalidRequest, NotFound, PermissionDenied
 from inferd.protocol.conversations import MAX_ID
 from inferd.store.conversations import Access, ConversationRepository, MissingParent, NewMessage
 from inferd.store.db import iso, utcnow
-from inferd.store.keys import KeyRecord
 from inferd.store.users import UserRepository
 
 _PATH_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")

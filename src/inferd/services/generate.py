@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mappi
 
 import orjson
 
+from inferd.auth.key_record import KeyRecord
 from inferd.catalogue import CHAT_TYPES, Model, ModelCatalogue
 from inferd.errors import InferdError, NotFound
 from inferd.services import bridging, grounding, retrieval
 from inferd.services.chat import DONE_FRAME
 from inferd.services.retrieval import Retriever
 from inferd.store.conversations import Access, NewMessage
-from inferd.store.keys import KeyRecord
 
 if TYPE_CHECKING:
     from inferd.services.chat import ChatService

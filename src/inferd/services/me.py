@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import date
 from typing import Any, Awaitable, Callable
 
+from inferd.auth.key_record import KeyRecord
 from inferd.catalogue import ModelCatalogue
 from inferd.limits.base import Limits
 from inferd.limits.periods import window_of
 from inferd.store.db import iso
-from inferd.store.keys import KeyRecord
 
 
 def _midnight(day: date | None) -> str | None:

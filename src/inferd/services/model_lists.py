@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from inferd.config import ModelConfig
+from inferd.config_models import ModelConfig
 from inferd.errors import InvalidRequest, OperatorLimit
 
 # Every name (id and aliases) of the model a name denotes; None when the catalogue has no such model.

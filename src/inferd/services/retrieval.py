@@ -20,13 +20,13 @@ from typing import Any, Sequence
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from inferd.auth.key_record import KeyRecord
 from inferd.calls.stage import Billing, CallStage
 from inferd.catalogue import ModelCatalogue
 from inferd.config import MAX_RETRIEVAL_TOP_K
 from inferd.services.ingest.embed import embed_texts, embedding_model_of
 from inferd.services.ingest.service import WORKSPACE
 from inferd.store import sources as store
-from inferd.store.keys import KeyRecord
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = MAX_RETRIEVAL_TOP_K

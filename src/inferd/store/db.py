@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -28,6 +29,13 @@ def utcnow() -> datetime:
 def iso(moment: datetime) -> str:
     """A stored (naive UTC) datetime as RFC 3339 with a `Z`."""
     return moment.isoformat() + "Z"
+
+
+def as_datetime(value: Any) -> datetime | None:
+    """A stored timestamp as a datetime (SQLite's raw reads give its ISO text)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
 
 
 def async_url(url: str) -> str:

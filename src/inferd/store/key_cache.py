@@ -5,15 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from inferd.store.db import pg_dsn
-
-if TYPE_CHECKING:
-    from inferd.store.keys import KeyRecord
 
 log = logging.getLogger("inferd.store.key_cache")
 
@@ -24,7 +21,17 @@ _RETRY_SECONDS = 5.0
 _HEARD_TIMEOUT_SECONDS = 2.0
 
 
-class KeyCache:
+class Keyed(Protocol):
+    """A cached record: found by its access key id (auth/key_record.py's KeyRecord)."""
+
+    @property
+    def access_key_id(self) -> str: ...
+
+
+R = TypeVar("R", bound=Keyed)
+
+
+class KeyCache(Generic[R]):
     """Records by access key id, trusted only while the LISTEN connection is up.
 
     Bounded: every record lives `_TTL_SECONDS` from when it was put, and the map is in that order
@@ -35,13 +42,13 @@ class KeyCache:
         self._dsn = pg_dsn(engine.url)
         self._max_size = max_size
         self._ttl = ttl_s
-        self._records: dict[str, tuple[KeyRecord, float]] = {}
+        self._records: dict[str, tuple[R, float]] = {}
         self._generation = 0
         self._listener: asyncpg.Connection | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._retry_at = 0.0
 
-    def get(self, access_key_id: str) -> "KeyRecord | None":
+    def get(self, access_key_id: str) -> R | None:
         """A cached record, when the listener vouches for it."""
         entry = self._records.get(access_key_id)
         if entry is None or self._listener is None:
@@ -69,7 +76,7 @@ class KeyCache:
         """How many records are held (expired ones not yet dropped included)."""
         return len(self._records)
 
-    def put(self, record: "KeyRecord", generation: int) -> None:
+    def put(self, record: R, generation: int) -> None:
         """Keep a record read at `generation`, unless a revocation arrived since (a cache miss, so
         the cold path: it also drops what expired, and the oldest past `max_size`)."""
         if self._listener is None or generation != self._generation:

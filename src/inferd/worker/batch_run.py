@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from inferd.services.batches import LEASE_SECONDS, error_line
+from inferd.auth.key_lookup import KeyLookup
+from inferd.auth.key_record import KeyRecord
+from inferd.config import BatchConfig
+from inferd.limits.base import Limits
+from inferd.observe.metrics import Metrics
+from inferd.services.batches import LEASE_SECONDS, BatchService, error_line
 from inferd.store.batches import LeaseLost, LineResult
 from inferd.store.db import utcnow
-from inferd.store.keys import KeyRecord
+from inferd.worker.lines import LineRunner
 from inferd.worker.validate import validate_file
-
-if TYPE_CHECKING:
-    from inferd.worker.runner import BatchWorker
 
 log = logging.getLogger("inferd.worker")
 
@@ -29,10 +31,23 @@ FINAL_FLUSH_TRIES = 5  # the last commit of a run is retried (with backoff) befo
 MIN_TICK = 0.05
 
 
+class Worker(Protocol):
+    """What a run uses of the worker that claimed it (worker/runner.py's BatchWorker)."""
+
+    service: BatchService
+    limits: Limits
+    keys: KeyLookup
+    config: BatchConfig
+    metrics: Metrics
+    lines: LineRunner
+    owner: str
+    interval: float
+
+
 class BatchRun:
     """One claimed batch: its lines in flight, its results waiting for a commit, its lease."""
 
-    def __init__(self, worker: "BatchWorker", row: dict[str, Any]) -> None:
+    def __init__(self, worker: Worker, row: dict[str, Any]) -> None:
         self.worker = worker
         self.row = row
         self.id: str = row["id"]

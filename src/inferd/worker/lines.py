@@ -23,6 +23,7 @@ from typing import Any, Callable
 import orjson
 
 from inferd.api.checks import check_chat, check_metadata
+from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
 from inferd.calls.stage import Metered
 from inferd.catalogue import Model
@@ -33,7 +34,6 @@ from inferd.metering import Usage
 from inferd.services.batches import error_line, new_request_id
 from inferd.services.chat import ChatCall, ChatService
 from inferd.store.batches import LineResult
-from inferd.store.keys import KeyRecord
 
 PRICE_FACTOR = 0.5  # batch lines cost half the model's token rates
 RETRIES = 3  # transient engine failures (429, 5xx, timeout) retried this often (CONTRACT.md 16)

@@ -9,19 +9,19 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from inferd.auth.key_lookup import KeyLookup
 from inferd.config import BatchConfig
 from inferd.limits.base import Limits
 from inferd.observe.metrics import Metrics
 from inferd.services.batches import LEASE_SECONDS, BatchService
 from inferd.store.batches import LeaseLost
 from inferd.store.db import utcnow
-from inferd.store.keys import KeyRepository
 from inferd.worker.batch_run import BatchRun
 from inferd.services.chat import ChatService
 from inferd.worker.lines import LineRunner
 
 if TYPE_CHECKING:
-    from inferd.app import Services
+    from inferd.wiring import Services
 
 log = logging.getLogger("inferd.worker")
 
@@ -36,7 +36,7 @@ def job_interval(config: BatchConfig) -> float:
 class BatchWorker:
     """Claims and runs batches until stopped; also deletes files past their retention."""
 
-    def __init__(self, service: BatchService, chat: ChatService, limits: Limits, keys: KeyRepository,
+    def __init__(self, service: BatchService, chat: ChatService, limits: Limits, keys: KeyLookup,
                  config: BatchConfig, metrics: Metrics) -> None:
         self.service = service
         self.metrics = metrics
@@ -120,5 +120,5 @@ class BatchWorker:
 
 def worker_for(services: "Services") -> BatchWorker:
     """A worker over the services an app (or `inferd batch-worker`) built."""
-    return BatchWorker(services.batches, services.chat, services.limits, services.keys, services.config.batches,
+    return BatchWorker(services.batches, services.chat, services.limits, services.key_lookup, services.config.batches,
                        services.metrics)

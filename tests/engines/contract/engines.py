@@ -11,7 +11,8 @@ from typing import Any, Awaitable, Callable, Generic, Iterator, TypeVar
 
 import pytest
 
-from inferd.config import ModelConfig, load_catalogue
+from inferd.config import load_catalogue
+from inferd.config_models import ModelConfig
 from inferd.engines.base import (ChatEngine, EmbeddingEngine, Engine, ImageEngine, RerankEngine, SpeechEngine,
                                  TranscriptionEngine)
 from inferd.engines.registry import default_registry

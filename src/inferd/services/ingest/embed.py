@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from inferd.auth.key_record import KeyRecord
 from inferd.calls.stage import Answer, Billing, CallStage
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import EmbeddingEngine
 from inferd.errors import EngineError, InferdError, NotFound, ServiceUnavailable
-from inferd.store.keys import KeyRecord
 
 # Texts per engine call and calls in flight. An in-process encoder is fastest on small batches whose
 # activations stay in cache (8 texts of ~200 tokens: about 20% more tokens/s than 64 on this machine),
