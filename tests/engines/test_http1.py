@@ -319,7 +319,7 @@ def test_an_engine_stream_closes_its_reader_itself_and_gives_the_connection_back
     the reply's piece reader itself: nothing is left for the loop's async-generator finalizer
     (a self-pipe write, a loop turn and a task for each stream), and the kept-alive connection
     serves the next stream."""
-    from inferd.config import ModelConfig
+    from inferd.config_models import ModelConfig
     from inferd.engines.openai_http import OpenAIHTTPEngine
 
     events = b"".join(b'data: {"choices":[{"delta":{"content":"w%d"}}]}\n\n' % i for i in range(5))
