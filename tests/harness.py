@@ -26,12 +26,12 @@ from sqlalchemy.engine import Connection
 
 from inferd.auth.keys import hash_secret, mint
 from inferd.cli.keys import create_key
-from inferd.metering_journal_pg import settle_database
+from inferd.metering.journal_file import settle_path
+from inferd.metering.journal_pg import settle_database
 from inferd.store.db import create_engine, migrate
 from inferd.store.keys import KeyRepository
 from inferd.store.orgs import OrgRepository
 from inferd.store.tables import api_keys, spend, usage_rows
-from inferd.store.usage_journal import settle_path
 from inferd.store.users import UserRepository
 
 ROOT = Path(__file__).resolve().parent.parent

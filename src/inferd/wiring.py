@@ -23,9 +23,11 @@ from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
 from inferd.limits.worker_window import FILE_ENV as WORKER_RATE_FILE_ENV, WorkerRateLimiter
 from inferd.limits.redis import RedisLimits
 from inferd.limits.resp import connect as connect_redis
-from inferd.metering import UsageRecorder, UsageWriter, load_spend, usage_sink
-from inferd.metering_journal import JournaledUsageWriter
-from inferd.metering_journal_pg import PgJournaledUsageWriter
+from inferd.metering.group_commit import UsageWriter, usage_sink
+from inferd.metering.journal_pg import PgJournaledUsageWriter
+from inferd.metering.journal_sqlite import JournaledUsageWriter
+from inferd.metering.recorder import UsageRecorder
+from inferd.metering.spend import load_spend
 from inferd.observe.metrics import Metrics
 from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService

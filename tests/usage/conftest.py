@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from inferd.metering import usage_sink
+from inferd.metering.group_commit import usage_sink
 from inferd.store.db import create_engine, migrate
 from tests.harness import Server, auth
 

@@ -1,4 +1,4 @@
-"""The SQLite usage journal (store/usage_journal.py) on a real database file: rows appended by
+"""The SQLite usage journal (metering/journal_file.py) on a real database file: rows appended by
 several writers, folded by their writers and by readers' `settle`, land exactly once with their
 rollup and spend; journals of gone processes are folded and deleted; a line cut short is skipped."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from inferd.store import usage_journal
+from inferd.metering import journal_file
 from inferd.store.db import create_engine, migrate
-from inferd.store.usage_journal import JournalFile, journal_dir, settle, settle_path
+from inferd.metering.journal_file import JournalFile, journal_dir, settle, settle_path
 from tests.usage.conftest import usage_row
 
 
@@ -135,7 +135,7 @@ def test_a_fold_that_fails_keeps_its_rows_for_the_next(database: str) -> None:
 
 
 def test_a_long_journal_is_replaced_once_folded(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(usage_journal, "ROTATE_BYTES", 1000)
+    monkeypatch.setattr(journal_file, "ROTATE_BYTES", 1000)
     writer = JournalFile(journal_dir(database))
     writer.open()
     first_name = writer.name

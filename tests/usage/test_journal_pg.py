@@ -1,4 +1,4 @@
-"""PostgreSQL's fold of the usage journals (store/usage_journal_pg.py) on the run's database:
+"""PostgreSQL's fold of the usage journals (metering/fold_pg.py) on the run's database:
 rows appended by several writers, folded by their writers and by readers' `settle`, at the same
 time or one after another, land exactly once with their spend; journals of gone processes are
 folded and deleted; two data dirs on one database never forget each other's journals."""
@@ -16,9 +16,9 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
+from inferd.metering.fold_pg import directory_id, fold, settle
+from inferd.metering.journal_file import JournalFile
 from inferd.store.db import create_engine, migrate, pg_dsn
-from inferd.store.usage_journal import JournalFile
-from inferd.store.usage_journal_pg import directory_id, fold, settle
 from tests.harness import Backend
 from tests.usage.conftest import usage_row
 

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from sqlalchemy import select
 
-from inferd.metering import usage_sink
+from inferd.metering.group_commit import usage_sink
 from inferd.store.db import create_engine, migrate, pg_dsn
 from inferd.store.tables import spend as spend_days, usage_rollup, usage_rows
 from inferd.store.usage_write import PG_JOURNAL_FOLD, pg_usage_arguments, spend_amounts

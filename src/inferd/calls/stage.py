@@ -31,7 +31,8 @@ from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, Engine
 from inferd.errors import EngineError, EngineTimeout, EngineUnavailable, InferdError, ModelOverloaded, RelayedError
 from inferd.limits.base import Limits
-from inferd.metering import Usage, UsageRecorder, usage_for
+from inferd.metering.recorder import UsageRecorder
+from inferd.metering.usage import Usage, usage_for
 from inferd.observe.metrics import Metrics
 from inferd.observe.requests import current
 
@@ -167,8 +168,7 @@ class CallStage:
         written (or, with `record=False`, attached as `exc.usage`). With `pacer`, each attempt
         holds a slot of it on its deployment."""
         started = time.perf_counter()
-        self._writer.active += 1
-        try:
+        with self._writer.metered_calls:
             try:
                 await self._admit_model(billing.key, model)
                 answer, answering, index = await self._first_answer(model, capability, billing.key, affinity, attempt,
@@ -185,8 +185,6 @@ class CallStage:
             if record:
                 await self._writer.record(usage)
             return Metered(answer.value, usage, answering, deployment)
-        finally:
-            self._writer.active -= 1
 
     async def unmetered(self, model: Model, capability: type[E], key: KeyRecord,
                         attempt: Callable[[E, Deployment, Model], Awaitable[T]], *,
@@ -229,7 +227,7 @@ class CallStage:
 
     def metered_calls_left(self) -> None:
         """A stream that was counted as under way (for the writer's group commit) ended."""
-        self._writer.active -= 1
+        self._writer.metered_calls.ended()
 
     async def open_stream(self, model: Model, billing: Billing,
                           open_events: Callable[[ChatEngine, Deployment, Model], AsyncIterator[list[bytes]]], *,
@@ -251,8 +249,10 @@ class CallStage:
 
         # Counted as under way from the start, as blocking calls are: the usage writer groups the
         # rows of the calls it counts into one commit (committing each stream's row on its own
-        # cost streams at concurrency 64 about 100 us of CPU each, gwbench).
-        self._writer.active += 1
+        # cost streams at concurrency 64 about 100 us of CPU each, gwbench). The stream outlives
+        # this block: its lease ends the count (`metered_calls_left`).
+        calls = self._writer.metered_calls
+        calls.began()
         try:
             await self._admit_model(billing.key, model)
             (first, events), answering, index = await self._first_answer(model, ChatEngine, billing.key, affinity,
@@ -264,7 +264,7 @@ class CallStage:
                     raise exc.error from None
                 raise
             finally:
-                self._writer.active -= 1
+                calls.ended()
         deployment = answering.deployments[index]
         self.metrics.first_token(answering.id, deployment.name, time.perf_counter() - started)
         return StreamLease(self, billing, answering, deployment, index, first, events, started)

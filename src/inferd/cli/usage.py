@@ -13,10 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from inferd.api.usage import DEFAULT_WINDOW, GROUPS, parse_moment, rfc3339
 from inferd.cli.common import run_with_db, settings_from_env
 from inferd.errors import InvalidRequest
-from inferd.metering_journal_pg import settle_database
+from inferd.metering.journal_file import settle_path
+from inferd.metering.journal_pg import settle_database
 from inferd.store.db import utcnow
 from inferd.store.usage import SummaryGroup, UsageQuery, UsageRepository, order_groups
-from inferd.store.usage_journal import settle_path
 
 CLI_GROUPS = (*GROUPS, "deployment")
 

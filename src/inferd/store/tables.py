@@ -113,7 +113,7 @@ spend = Table(
     Column("spend_usd", Float, nullable=False),
 )
 
-# How far each usage journal of a SQLite database is folded into the tables (store/usage_journal.py).
+# How far each usage journal of a SQLite database is folded into the tables (metering/journal_file.py).
 usage_journal = Table(
     "usage_journal", metadata,
     Column("name", String(64), primary_key=True),

@@ -3,7 +3,7 @@ what they add to the daily spend of each key, team and org (`spend`), in the cal
 
 Every writer uses these: the folds of the usage journals (SQLite's on a raw sqlite3 connection,
 PostgreSQL's in one statement over asyncpg), the group commit of a database without a journal
-(metering.py) and the batch worker, which commits a line's row with the line's result.
+(metering/group_commit.py) and the batch worker, which commits a line's row with the line's result.
 `UsageWrites.writes` gives SQLAlchemy statements with their parameters; `sqlite_usage_writes` the
 same three writes as SQL for sqlite3, and `PG_JOURNAL_FOLD` as one PostgreSQL statement, which
 the folds run without SQLAlchemy (tens of microseconds a fold).
@@ -11,7 +11,7 @@ the folds run without SQLAlchemy (tens of microseconds a fold).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from sqlalchemy import insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -32,7 +32,7 @@ _SQLITE_SPEND = ("INSERT INTO spend (scope, owner, day, spend_usd) VALUES (?, ?,
                  "ON CONFLICT (scope, owner, day) DO UPDATE SET spend_usd = spend.spend_usd + excluded.spend_usd")
 
 
-def spend_amounts(rows: list[dict[str, Any]]) -> Amounts:
+def spend_amounts(rows: Iterable[dict[str, Any]]) -> Amounts:
     """What the rows add to the spend of their key, team and org, by UTC day of their creation."""
     amounts: Amounts = {}
     for row in rows:
@@ -110,7 +110,7 @@ def _pg_usage_write(first: int, only_if: str) -> str:
     )
 
 
-# A fold of a usage journal (store/usage_journal_pg.py): the rows of bytes `$2` to `$3` of journal
+# A fold of a usage journal (metering/fold_pg.py): the rows of bytes `$2` to `$3` of journal
 # `$1`, written only if this statement moves the journal's folded length from `$2` to `$3`. Two
 # processes folding the same bytes both try; the second waits for the first's row lock, then finds
 # the length moved and writes nothing. Returns 1 when it wrote, else 0.

@@ -17,6 +17,7 @@ from inferd.auth.key_record import KeyRecord
 from inferd.config import BatchConfig
 from inferd.limits.base import Limits
 from inferd.observe.metrics import Metrics
+from inferd.metering.recorder import AfterCommit
 from inferd.services.batches import LEASE_SECONDS, BatchService, error_line
 from inferd.store.batches import LeaseLost, LineResult
 from inferd.store.db import utcnow
@@ -56,6 +57,7 @@ class BatchRun:
         self.aborted = False
         self.results: list[LineResult] = []
         self.in_flight: set[asyncio.Task[None]] = set()
+        self._after_commit = AfterCommit(worker.limits.spend, worker.metrics)
 
     def expired(self) -> bool:
         """Whether the completion window has elapsed."""
@@ -125,15 +127,7 @@ class BatchRun:
             raise
         for result in batch:
             worker.metrics.batch_line(result.state == "succeeded")
-            row = result.usage_row
-            if row is not None:
-                worker.metrics.usage(row["model"], row["prompt_tokens"], row["completion_tokens"],
-                                     row["cached_prompt_tokens"], row["cost_usd"])
-        if amounts:
-            try:
-                await worker.limits.spend.add(amounts)
-            except Exception as exc:  # the rows are safe; counters reseed from the database
-                log.warning("spend counter update failed: %s", exc)
+        await self._after_commit([result.usage_row for result in batch if result.usage_row is not None], amounts)
         worker.lines.settle(batch)
 
     async def flusher(self, stop: asyncio.Event) -> None:

@@ -30,7 +30,7 @@ from inferd.catalogue import Model
 from inferd.config import BatchConfig
 from inferd.errors import AuthenticationFailed, BudgetExceeded, InferdError, InvalidRequest, RelayedError
 from inferd.limits.base import Limits, budget_message
-from inferd.metering import Usage
+from inferd.metering.usage import Usage
 from inferd.services.batches import error_line, new_request_id
 from inferd.services.chat import ChatCall, ChatService
 from inferd.store.batches import LineResult

@@ -1,5 +1,5 @@
 """The usage writers of a file-backed deployment: a row is durable in the journal before the
-reply, and folded into the tables many rows at a time (store/usage_journal.py says why and how).
+reply, and folded into the tables many rows at a time (journal_file.py says why and how).
 
 A reply waits for one `write` of its row, not for a commit: the commit of one row was most of a
 proxied call's CPU at concurrency 1 (issue 15). The rows are folded FOLD_DELAY after the first of
@@ -7,7 +7,7 @@ them. Readers of usage or spend call `settle` first, so they see every row whose
 This module holds what both writers share and SQLite's, which folds on the event loop's own
 connection (a fold of a few rows takes tens of microseconds, cheaper than a hop to a thread), or
 in a thread that waits when another process holds the write lock. PostgreSQL's is in
-metering_journal_pg.py.
+journal_pg.py.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Awaitable
 
 from inferd.limits.base import SpendCounter
-from inferd.metering import Usage
+from inferd.metering.journal_file import JournalFile, journal_dir, settle, settle_path
+from inferd.metering.recorder import AfterCommit, MeteredCalls
+from inferd.metering.usage import Usage
 from inferd.observe.metrics import Metrics
 from inferd.store.hot_sqlite import HotSqlite, is_busy
-from inferd.store.usage_journal import JournalFile, journal_dir, settle, settle_path
 from inferd.store.usage_write import spend_amounts
 
 log = logging.getLogger("inferd.metering")
@@ -34,7 +35,7 @@ _RETRY_CAP = 5.0  # seconds between attempts while folds keep failing (the rows 
 
 
 async def settle_journals(hot: HotSqlite) -> None:
-    """Fold every usage journal of a SQLite database now (store/usage_journal.py `settle`): on the
+    """Fold every usage journal of a SQLite database now (journal_file.py `settle`): on the
     loop's own connection, or in a thread that waits while another process holds the write lock."""
     try:
         settle(hot.conn, hot.path)
@@ -49,35 +50,31 @@ class JournalWriter:
 
     def __init__(self, journal: JournalFile, spend: SpendCounter, metrics: Metrics) -> None:
         self._journal = journal
-        self._spend = spend
         self._metrics = metrics
+        self._after_commit = AfterCommit(spend, metrics)
         self._timer: asyncio.TimerHandle | None = None
         self._folding: asyncio.Task[None] | None = None  # a fold longer than a loop turn (a thread, a round trip)
         self._failures = 0
-        self.active = 0  # metered calls under way (kept by callers; the group commit's hint elsewhere)
+        self.metered_calls = MeteredCalls()  # counted by callers; the group commit's hint, unused here
 
     @property
     def pending(self) -> int:
         """Rows durable in the journal, not folded yet (`inferd_usage_rows_pending`)."""
         return len(self._journal.pending)
 
-    async def record(self, usage: Usage) -> None:
-        """Make the row durable (one write to the journal) and count it; raises OSError when the
-        journal cannot be written, and then the call's reply must not claim its row."""
+    def record(self, usage: Usage) -> Awaitable[None]:
+        """Make the row durable (one write to the journal) and schedule its fold; the awaitable
+        returned is its `AfterCommit` step (the call's only coroutine here). Raises OSError when
+        the journal cannot be written, and then the call's reply must not claim its row."""
         row = usage.row()
         self._journal.append(row)
-        self._metrics.usage(row["model"], row["prompt_tokens"], row["completion_tokens"],
-                            row["cached_prompt_tokens"], row["cost_usd"])
         if self._folding is None:
             if len(self._journal.pending) >= FOLD_AT_ONCE:
                 self._fold_due()
             elif self._timer is None:
                 self._timer = self._loop.call_later(FOLD_DELAY, self._fold_due)
-        if row["cost_usd"]:
-            try:
-                await self._spend.add(spend_amounts([row]))
-            except Exception as exc:  # the row is safe; counters reseed from the database
-                log.warning("spend counter update failed: %s", exc)
+        rows = (row,)
+        return self._after_commit(rows, spend_amounts(rows) if row["cost_usd"] else None)
 
     def _fold_due(self) -> None:
         """Fold the pending rows now (the timer's callback)."""

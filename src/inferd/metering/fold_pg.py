@@ -1,6 +1,6 @@
 """The usage journals of a PostgreSQL deployment, folded into PostgreSQL.
 
-The journal files are SQLite's (store/usage_journal.py: one per process, one line per row, an
+The journal files are SQLite's (journal_file.py: one per process, one line per row, an
 exclusive `flock` while their writer lives), kept in the data dir, which the replicas of a
 deployment share (CONTRACT.md) and which outlives any of them, as batch files must. A reply
 waits for one `write` of its row instead of a round trip to PostgreSQL and a commit: at
@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 
-from inferd.store.usage_journal import JournalFile, complete_rows, open_journal, unlink_journal
+from inferd.metering.journal_file import JournalFile, complete_rows, open_journal, unlink_journal
 from inferd.store.usage_write import PG_JOURNAL_FOLD, pg_usage_arguments, spend_amounts
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The usage journal: where a call's usage row is durable before its reply. The files and
-SQLite's fold are here; PostgreSQL folds the same files (usage_journal_pg.py).
+SQLite's fold are here; PostgreSQL folds the same files (fold_pg.py).
 
 Committing one row to SQLite costs 75-86 us of CPU (seven WAL frames written, whatever the row),
 more than the rest of a proxied call at concurrency 1 (issue 15). Appending the row to a file with

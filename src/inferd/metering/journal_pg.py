@@ -1,7 +1,7 @@
 """The usage writer of a PostgreSQL deployment: a row is durable in this process's journal, in
 the shared data dir, before the reply; the rows are folded into PostgreSQL in batches, each batch
-one statement on an asyncpg connection of the writer's own (store/usage_journal_pg.py says how
-folds by several processes write every row once).
+one statement on an asyncpg connection of the writer's own (fold_pg.py says how folds by
+several processes write every row once).
 
 Before, a reply waited for its row's commit: a round trip to PostgreSQL, a WAL flush, and the
 wake-up after them, on every call. At concurrency 1 that cost the gateway more CPU than the rest
@@ -21,11 +21,11 @@ import asyncpg
 from sqlalchemy.engine import URL
 
 from inferd.limits.base import SpendCounter
-from inferd.metering_journal import JournalWriter
+from inferd.metering.fold_pg import directory_id, fold, journal_dir, settle
+from inferd.metering.journal_file import JournalFile
+from inferd.metering.journal_sqlite import JournalWriter
 from inferd.observe.metrics import Metrics
 from inferd.store.db import pg_dsn
-from inferd.store.usage_journal import JournalFile
-from inferd.store.usage_journal_pg import directory_id, fold, journal_dir, settle
 
 log = logging.getLogger("inferd.metering")
 
@@ -56,7 +56,7 @@ class PgJournaledUsageWriter(JournalWriter):
         self._dsn = pg_dsn(url)
         self._conn: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()
-        self._folder = ""  # the folder's id (usage_journal_pg.directory_id), read at start
+        self._folder = ""  # the folder's id (fold_pg.directory_id), read at start
 
     def start(self) -> None:
         """Open this process's journal; fold what dead processes left in theirs (in a task: the
