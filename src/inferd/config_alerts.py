@@ -1,4 +1,4 @@
-"""The `[alerts]` table (CONTRACT.md decision 23): where budget alerts are posted and how.
+"""The `[alerts]` table: where budget alerts are posted and how.
 
 ```toml
 [alerts]

@@ -44,7 +44,7 @@ class ModelConfig:
     builtin: bool = False
     deployment: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    # The pool (CONTRACT.md decision 17, inferd/config_pools.py).
+    # The pool (inferd/config_pools.py).
     deployments: tuple["ModelConfig", ...] = ()
     routing: str = "least-busy"
     fallbacks: tuple[str, ...] = ()
@@ -54,7 +54,7 @@ class ModelConfig:
     queue_timeout_s: float = 30.0
     weight: float = 1.0
     max_in_flight: int | None = None
-    # Requests and tokens per minute of every caller of this model together (CONTRACT.md decision 23).
+    # Requests and tokens per minute of every caller of this model together.
     rpm: int | None = None
     tpm: int | None = None
 

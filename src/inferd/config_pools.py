@@ -1,4 +1,4 @@
-"""The pool keys of a `[[models]]` entry and its `[[models.deployments]]` (CONTRACT.md decision 17).
+"""The pool keys of a `[[models]]` entry and its `[[models.deployments]]`.
 
 A model is a pool of deployments. Each deployment is the model's own configuration with the
 deployment's keys on top (`base_url`, `api_key`, `upstream_model`, `timeout_s`, `weight`,

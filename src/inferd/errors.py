@@ -1,7 +1,7 @@
 """One exception tree. Each class knows its HTTP status, error `type` and `code`.
 
 Errors are raised, never returned; `app.py` maps them to the wire envelope in one place
-(`{error: {message, type, code}}`, CONTRACT.md decision 12).
+(`{error: {message, type, code}}`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class InferdError(Exception):
     type: str = "server_error"
     code: str = "internal_error"
     usage: Any = None  # the usage row (metering.Usage) of a failed engine call, set by the call stage
-    # Refusals counted by `inferd_rejections_total{reason}` (CONTRACT.md decision 18); None for the rest.
+    # Refusals counted by `inferd_rejections_total{reason}`; None for the rest.
     rejection: str | None = None
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
@@ -45,7 +45,7 @@ class InferdError(Exception):
         return orjson.dumps(self.envelope())
 
     def app_body(self) -> bytes:
-        """The application envelope of the conversation and source routes (CONTRACT.md decision 8)."""
+        """The application envelope of the conversation and source routes."""
         return orjson.dumps({"success": False, "message": self.message, "code": self.code})
 
 
@@ -77,7 +77,7 @@ class PermissionDenied(InferdError):
 
 
 class AdminKeyRequired(PermissionDenied):
-    """An application or user key on a /v1/admin route (CONTRACT.md decision 19)."""
+    """An application or user key on a /v1/admin route."""
 
     code = "admin_key_required"
 
@@ -86,7 +86,7 @@ class AdminKeyRequired(PermissionDenied):
 
 
 class UserAlreadyLinked(PermissionDenied):
-    """A key bound to a user that an idp subject already owns (CONTRACT.md decision 22, amended):
+    """A key bound to a user that an idp subject already owns:
     such a key mints that user's keys on the exchange's second shape and reads their conversations."""
 
     code = "user_already_linked"
@@ -98,7 +98,7 @@ class UserAlreadyLinked(PermissionDenied):
 
 class OperatorLimit(PermissionDenied):
     """An admin key reaching past what the operator (the command line) set for its org: widening the
-    org's models beyond the operator's list, or setting or lifting the org's budget (CONTRACT.md 23)."""
+    org's models beyond the operator's list, or setting or lifting the org's budget."""
 
     code = "operator_limit"
 
@@ -118,14 +118,14 @@ class MethodNotAllowed(InferdError):
 
 
 class Unprocessable(InferdError):
-    """A body that failed validation on POST /v1/auth/exchange, the one 422 route (CONTRACT.md 12)."""
+    """A body that failed validation on POST /v1/auth/exchange, the one 422 route."""
 
     status, type, code = 422, "invalid_request_error", "validation_error"
 
 
 class _ClosesConnection(InferdError):
     """Refuses a body before it is read whole: the connection closes after the answer, so the
-    server never reads the rest of the body (CONTRACT.md decision 22)."""
+    server never reads the rest of the body."""
 
     def __init__(self, message: str, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
@@ -157,7 +157,7 @@ class ServiceUnavailable(InferdError):
 
 
 class ModelOverloaded(ServiceUnavailable):
-    """Every deployment of the model was at `max_in_flight` for `queue_timeout_s` (CONTRACT.md 17)."""
+    """Every deployment of the model was at `max_in_flight` for `queue_timeout_s`."""
 
     code = "model_overloaded"
     rejection = "overloaded"

@@ -1,4 +1,4 @@
-"""The /v1/admin methods of `Client` and `AsyncClient` (an admin key; CONTRACT.md decisions 19 and 23).
+"""The /v1/admin methods of `Client` and `AsyncClient` (an admin key).
 
 Administration is a concept of its own, so its methods live here as one base class per client,
 written side by side like the clients themselves; each client supplies `_call`.

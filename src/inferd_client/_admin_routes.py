@@ -1,4 +1,4 @@
-"""Builders of the /v1/admin routes (CONTRACT.md decisions 19 and 23), shared by `Client` and `AsyncClient`."""
+"""Builders of the /v1/admin routes, shared by `Client` and `AsyncClient`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Typed results of the /v1/admin routes (CONTRACT.md decisions 19 and 23): keys, teams, org settings,
+"""Typed results of the /v1/admin routes: keys, teams, org settings,
 deployments, audit."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class AdminKey(APIObject):
     created_at: str = ""
     revoked_at: str | None = None
     spend_usd: float = 0.0  # in the budget's period under way (this UTC month by default)
-    # decision 23: None where unset (`models` None: what its team and org allow)
+    # governance: None where unset (`models` None: what its team and org allow)
     team: str | None = None
     tpm: int | None = None
     budget_period: str = "month"
@@ -54,7 +54,7 @@ class AdminKeyList(APIObject):
 
 @dataclass(kw_only=True)
 class Team(APIObject):
-    """A team of the org (decision 23): its limits (None where unset) and its spend in the budget's period."""
+    """A team of the org: its limits (None where unset) and its spend in the budget's period."""
 
     name: str = ""
     budget_usd: float | None = None

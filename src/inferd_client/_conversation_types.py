@@ -140,7 +140,7 @@ class SourceList(APIObject):
 
 @dataclass(kw_only=True)
 class DeleteResult(APIObject):
-    """`POST /v1/conversations/delete` (partial delete, CONTRACT.md 2)."""
+    """`POST /v1/conversations/delete` (partial delete)."""
 
     success: bool = True
     message: str | None = None

@@ -1,4 +1,4 @@
-"""Typed result of `GET /v1/me` (CONTRACT.md decision 23): the calling key as the server sees it now."""
+"""Typed result of `GET /v1/me`: the calling key as the server sees it now."""
 
 from __future__ import annotations
 

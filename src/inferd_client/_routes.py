@@ -1,4 +1,4 @@
-"""One builder per route of the spec (and the CONTRACT.md extension routes): each returns a `Call`.
+"""One builder per route of the spec (and inferd's extension routes): each returns a `Call`.
 
 Reads (`read=True`) are GET requests plus `count_tokens`, which is free and writes nothing;
 they are retried on 429, 5xx and connection failures. Everything else is sent once.
@@ -109,7 +109,7 @@ def exchange(idp_token: str | None, api_key: str | None, ttl_seconds: int | None
 
 
 def me() -> Call[Me]:
-    """`GET /v1/me` (decision 23): the calling key, its models and what is left of its windows and budgets."""
+    """`GET /v1/me`: the calling key, its models and what is left of its windows and budgets."""
     return Call("GET", "/v1/me", as_object(Me), read=True)
 
 
@@ -173,7 +173,7 @@ def list_sources() -> Call[SourceList]:
 
 def create_conversation(title: str | None, project_id: int | None,
                         cloud_agent_task_id: int | None) -> Call[Conversation]:
-    """`POST /v1/conversations` (CONTRACT.md 4)."""
+    """`POST /v1/conversations`."""
     body = c.clean({"title": title, "project_id": project_id, "cloud_agent_task_id": cloud_agent_task_id})
     return Call("POST", "/v1/conversations", lambda r: unwrap(c.body_json(r), "conversation", Conversation),
                 json=body)

@@ -1,5 +1,5 @@
 """/v1/admin: an admin key administers its own org's keys and settings, reads the deployments'
-health and the audit log (CONTRACT.md decision 19). Any other key type is 403 `admin_key_required`."""
+health and the audit log. Any other key type is 403 `admin_key_required`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from inferd.services.admin import Administration
 
 router = APIRouter(tags=["admin"])
 router.include_router(admin_teams.router)  # /v1/admin/teams: one resource per module
-GOVERNANCE = {"team", "tpm", "budget_period", "models", "model_limits", "expires_in", "expires_at"}  # CONTRACT.md decision 23
+GOVERNANCE = {"team", "tpm", "budget_period", "models", "model_limits", "expires_in", "expires_at"}  # governance
 
 
 async def administration(request: Request) -> Administration:

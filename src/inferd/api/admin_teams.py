@@ -1,4 +1,4 @@
-"""/v1/admin/teams: an admin key administers its own org's teams (CONTRACT.md decision 23). Any
+"""/v1/admin/teams: an admin key administers its own org's teams. Any
 other key type is 403 `admin_key_required`; another org's teams are 404 like unknown ones."""
 
 from __future__ import annotations

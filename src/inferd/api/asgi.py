@@ -37,7 +37,7 @@ async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[b
     await send({"type": "http.response.body", "body": body})
 
 
-# Conversation and source routes answer errors in the application envelope (CONTRACT.md decision 8).
+# Conversation and source routes answer errors in the application envelope.
 USER_SCOPED_PREFIXES = ("/v1/conversations", "/v1/sources")
 
 

@@ -1,4 +1,4 @@
-"""POST /v1/auth/exchange: mint a user-scoped key (both shapes; 422 for a bad body, CONTRACT.md 12)."""
+"""POST /v1/auth/exchange: mint a user-scoped key (both shapes; 422 for a bad body)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ async def exchange(request: Request) -> Response:
     if body.get("api_key") is not None and body.get("idp_token") is None:
         if authorization is not None:
             # Shape B needs no header, but a key sent there is the caller's: a user key is refused
-            # (CONTRACT.md decision 10) and a bad one is 401, as on every route.
+            # and a bad one is 401, as on every route.
             refuse_user_key(await svc.auth.authenticate(authorization))
         owner_key = await svc.exchange.owning_key(body["api_key"])
         await svc.limits.admit(owner_key, metered=False)

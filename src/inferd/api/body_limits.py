@@ -1,4 +1,4 @@
-"""Request bodies capped while they arrive (CONTRACT.md decision 22), in one place.
+"""Request bodies capped while they arrive, in one place.
 
 Every body is counted as it streams in and refused with 413 `request_too_large` at the byte that
 crosses its route's cap (or at once when `Content-Length` declares more); the refusal closes the

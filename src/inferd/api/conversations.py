@@ -1,4 +1,4 @@
-"""Saved conversations (user keys only): list, detail, delete, and the extension routes of CONTRACT.md 4."""
+"""Saved conversations (user keys only): list, detail, delete, and inferd's extension routes."""
 
 from __future__ import annotations
 

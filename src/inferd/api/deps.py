@@ -60,7 +60,7 @@ async def user_key(request: Request) -> KeyRecord:
 
 async def metered_user_key(request: Request) -> KeyRecord:
     """A user-scoped key on a metered user route (generate): rate limit, then the parent's budget.
-    Vectorize is not one (CONTRACT.md decision 11, and the spec lists no 402 for it): its embedding
+    Vectorize is not one (the spec lists no 402 for it): its embedding
     is charged to the parent key but never refused for the budget."""
     return await _admitted_user_key(request, metered=True)
 

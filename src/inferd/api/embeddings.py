@@ -21,7 +21,7 @@ from inferd.errors import InvalidRequest
 from inferd.limits.base import Limits
 
 
-MAX_INPUTS = 2048  # per request (CONTRACT.md decision 22): one call is a bounded amount of work
+MAX_INPUTS = 2048  # per request: one call is a bounded amount of work
 
 
 def check_embeddings(body: dict[str, Any]) -> None:

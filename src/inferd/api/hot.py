@@ -17,8 +17,7 @@ log = logging.getLogger("inferd.api")
 
 
 def affinity_of(scope: Scope, body: dict[str, Any]) -> str | None:
-    """The routing key of `affinity` pools: the body's `user`, else the `x-session-affinity` header
-    (CONTRACT.md decision 17)."""
+    """The routing key of `affinity` pools: the body's `user`, else the `x-session-affinity` header."""
     user = body.get("user")
     if isinstance(user, str) and user:
         return user

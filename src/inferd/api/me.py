@@ -1,4 +1,4 @@
-"""GET /v1/me: the calling application or admin key describes itself (CONTRACT.md decision 23).
+"""GET /v1/me: the calling application or admin key describes itself.
 User keys are 403, as on every long-lived route; the call takes a slot of the key's windows like
 any unmetered route, so the `remaining_requests` it shows already count it."""
 

@@ -1,5 +1,5 @@
-"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API on every chat model
-(CONTRACT.md decision 20), raw ASGI handlers of the hot path.
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API on every chat model,
+raw ASGI handlers of the hot path.
 
 A request is translated into a chat completion (`protocol/messages_mapping.py`) and walks the
 chat corridor itself: limits, `ChatService` (catalogue, context fit, call stage with failover,

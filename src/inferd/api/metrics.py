@@ -1,4 +1,4 @@
-"""GET /metrics: the Prometheus text exposition, without a key (CONTRACT.md decision 18).
+"""GET /metrics: the Prometheus text exposition, without a key.
 
 Mounted only when `[metrics] enabled` (the default); turned off, the path is an unknown route
 (404). Under `--workers N` the worker that answers sums the series of all of them.

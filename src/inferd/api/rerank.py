@@ -20,7 +20,7 @@ from inferd.errors import EngineError, InvalidRequest
 from inferd.limits.base import Limits
 
 
-MAX_DOCUMENTS = 1000  # per request (CONTRACT.md decision 22): one call is a bounded amount of work
+MAX_DOCUMENTS = 1000  # per request: one call is a bounded amount of work
 
 
 def check_rerank(body: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""/v1/responses: OpenAI's Responses API on every chat model (CONTRACT.md decision 21).
+"""/v1/responses: OpenAI's Responses API on every chat model.
 
 POST is a raw ASGI handler of the hot path: the request is translated into a chat completion
 (`protocol/responses_mapping.py`) and walks the chat corridor itself: limits, `ChatService`

@@ -1,5 +1,5 @@
 """GET /v1/conversations/{id}/sources, GET /v1/sources and PATCH /v1/sources/{id} (the source owner's
-switches, CONTRACT.md decision 4). User keys only; errors in the application envelope."""
+switches). User keys only; errors in the application envelope."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Multipart uploads streamed to a temporary file, counted as they arrive: a file over the limit
 is refused with 413 at the byte that crosses it, never read whole into memory.
 
-What the client names is cleaned here, once, for every route that takes an upload (CONTRACT.md
-decision 22, amended): the file name and the field names lose their control characters (C0, DEL
+What the client names is cleaned here, once, for every route that takes an upload:
+the file name and the field names lose their control characters (C0, DEL
 and C1) and the file name is cut to 255 characters, since they may go on into a header (the part
 headers of an upstream request, a download's Content-Disposition), a database column or a log
 line; field values lose theirs too, but a tab or a line break (a transcription `prompt` may hold

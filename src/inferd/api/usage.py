@@ -1,5 +1,5 @@
 """GET /v1/usage and GET /v1/usage/summary: the calling key's usage rows and totals; with an admin
-key, those of every key of its org (CONTRACT.md decision 19)."""
+key, those of every key of its org."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""User-key exchange (CONTRACT.md decision 1): mint short-lived user keys.
+"""User-key exchange: mint short-lived user keys.
 
 Shape A: an application key vouches for an identity-provider token; the user is resolved from
 its `sub`. Shape B: a long-lived key owned by a user (`inferd keys create --user`) mints a key for
 that user. Either way the minted key is of type `user`, lives in the parent key's org, expires,
-and is charged to (and rate limited like) its parent (CONTRACT.md decision 10). A shape-B mint is
+and is charged to (and rate limited like) its parent. A shape-B mint is
 recorded in the org's audit log (`user_key.mint`, actor the owning key, target the user), in the
 same transaction as the key: whoever holds a key bound to a user can act as them, and the org's
 admin sees each time it happened.
@@ -55,7 +55,7 @@ def clamp_ttl(ttl_seconds: int | None) -> int:
 
 
 def refuse_user_key(key: KeyRecord) -> None:
-    """No user key mints another, in either shape (CONTRACT.md decision 10: 403 off the user routes)."""
+    """No user key mints another, in either shape (403 off the user routes)."""
     if key.type == "user":
         raise PermissionDenied("A user key cannot mint another user key: the exchange takes long-lived keys only",
                                code="key_type_not_permitted")

@@ -40,7 +40,7 @@ class Authenticator:
 
 
 def _secret_ok(secret: str, record: KeyRecord) -> bool:
-    """The key's current secret, or (CONTRACT.md decision 23) the one a rotation replaced while its
+    """The key's current secret, or the one a rotation replaced while its
     grace lasts. The current one is checked first: after the grace it is the only one asked."""
     if secret_matches(secret, record.secret_hash):
         return True
@@ -50,20 +50,20 @@ def _secret_ok(secret: str, record: KeyRecord) -> bool:
 
 
 def require_long_lived(key: KeyRecord) -> None:
-    """Application and admin keys only (CONTRACT.md decision 10)."""
+    """Application and admin keys only."""
     if key.type == "user":
         raise PermissionDenied("User keys work only on /v1/conversations and /v1/sources",
                                code="key_type_not_permitted")
 
 
 def require_user_key(key: KeyRecord) -> None:
-    """User keys only, on /v1/conversations* and /v1/sources* (CONTRACT.md decision 10)."""
+    """User keys only, on /v1/conversations* and /v1/sources*."""
     if key.type != "user" or key.user_id is None:
         raise PermissionDenied("This route takes a user-scoped key (POST /v1/auth/exchange mints one)",
                                code="user_key_required")
 
 
 def require_admin(key: KeyRecord) -> None:
-    """Admin keys only, on /v1/admin/* (CONTRACT.md decision 19): any other type is 403 `admin_key_required`."""
+    """Admin keys only, on /v1/admin/*: any other type is 403 `admin_key_required`."""
     if key.type != "admin":
         raise AdminKeyRequired()

@@ -1,4 +1,4 @@
-"""Active health (CONTRACT.md decision 17): for every model with `health_path`, a GET on each
+"""Active health: for every model with `health_path`, a GET on each
 deployment's origin (`base_url` without its path) + `health_path` every `health_interval_s`.
 A 2xx ends a cooldown at once (a restarted engine takes traffic again without waiting for its
 cooldown to run out); anything else starts or extends one, so calls stop being tried there before

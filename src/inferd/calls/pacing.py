@@ -1,6 +1,6 @@
 """A cap on one kind of caller's calls in flight on each deployment, whatever the model's routing.
 
-Batch lines use one (CONTRACT.md 16 and 17: `[batches] max_concurrency` lines in flight per
+Batch lines use one (`[batches] max_concurrency` lines in flight per
 deployment): the call stage lets a paced call take only a deployment with a free slot of its pacer
 and holds that slot for the attempt, so the cap follows the deployment a line is actually sent to
 (failover and fallbacks included) rather than its model. Normal API calls carry no pacer: they

@@ -1,5 +1,5 @@
 """A model's deployments at run time: which one a call tries next, calls in flight, cooldowns, and
-the first-come-first-served wait when every deployment is full (CONTRACT.md decision 17).
+the first-come-first-served wait when every deployment is full.
 
 State is per process: a deployment that fails is put in cooldown by the process that saw it fail,
 and each replica of inferd learns it on its own (a few failed attempts each, then the cooldown).

@@ -1,4 +1,4 @@
-"""The attempts of one call (CONTRACT.md 17): the model's deployments in routing order, each once,
+"""The attempts of one call: the model's deployments in routing order, each once,
 waiting in the pool's line when every one is full, then each fallback's; for a paced call (batch
 lines), only deployments with a free slot of its pacer (calls/pacing.py)."""
 

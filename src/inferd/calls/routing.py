@@ -1,4 +1,4 @@
-"""The order in which a call tries a model's healthy deployments (CONTRACT.md decision 17):
+"""The order in which a call tries a model's healthy deployments:
 
 - `least-busy`: fewest calls in flight per unit of weight first;
 - `round-robin`: smooth weighted round-robin (each deployment's share of picks is its weight, and

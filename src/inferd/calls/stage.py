@@ -5,7 +5,7 @@ deployment's engine), and:
 - picks a deployment by the model's routing, waiting in line when every one is full
   (back-pressure: 503 `model_overloaded` after `queue_timeout_s`, no usage row);
 - fails over before the first byte on connect errors, first-byte timeouts, 5xx and 429 to the
-  model's other deployments, then to its `fallbacks` the key may use (CONTRACT.md 17); a
+  model's other deployments, then to its `fallbacks` the key may use; a
   relayed 4xx is final;
 - meters the call once: one usage row, for the deployment and model that answered (or were tried
   last), durable (in the usage journal, or committed) before the result is returned, or handed

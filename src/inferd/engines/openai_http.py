@@ -157,7 +157,7 @@ class OpenAIHTTPEngine:
         if status in (401, 403, 407):
             raise self._failed(EngineCredentialsRefused, f"refused the gateway's credentials {answered}", url, body)
         if 400 <= status < 500:
-            # A 429 always says when to come back (CONTRACT.md decision 9): the engine's own
+            # A 429 always says when to come back: the engine's own
             # Retry-After in whole seconds, else one second.
             headers = {"Retry-After": str(retry_after_seconds(response.headers.get("retry-after")))} \
                 if status == 429 else None

@@ -2,7 +2,7 @@
 
 The journal files are SQLite's (journal_file.py: one per process, one line per row, an
 exclusive `flock` while their writer lives), kept in the data dir, which the replicas of a
-deployment share (CONTRACT.md) and which outlives any of them, as batch files must. A reply
+deployment share and which outlives any of them, as batch files must. A reply
 waits for one `write` of its row instead of a round trip to PostgreSQL and a commit: at
 concurrency 1 that round trip, and the wake-up after it, cost more than the rest of a proxied
 call (issue 15).

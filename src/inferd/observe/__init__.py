@@ -1,1 +1,1 @@
-"""What operators see: metrics, request ids, logs (CONTRACT.md decision 18)."""
+"""What operators see: metrics, request ids, logs."""

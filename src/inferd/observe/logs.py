@@ -1,4 +1,4 @@
-"""The server's log lines on stderr (CONTRACT.md decision 18).
+"""The server's log lines on stderr.
 
 `text` (the default) keeps the server quiet per request, as before, and prefixes every warning and
 error with its time, level, logger and request id. `json` writes one object per request (the

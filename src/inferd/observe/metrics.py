@@ -1,4 +1,4 @@
-"""The Prometheus series of CONTRACT.md decision 18, kept with `prometheus_client`.
+"""The Prometheus series of docs/operations.md (Metrics), kept with `prometheus_client`.
 
 The hot path pays for them once per call: the label children of each series are looked up in a
 dict keyed by their label values and created only the first time (`labels()` costs several
@@ -39,7 +39,7 @@ def multiprocess_dir() -> str | None:
 
 
 class Metrics:
-    """Every series of decision 18, and the cached label children the hot path updates."""
+    """Every series, and the cached label children the hot path updates."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)

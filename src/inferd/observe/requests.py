@@ -1,5 +1,4 @@
-"""What one HTTP request did, for its metrics, its access log line and its `x-request-id`
-(CONTRACT.md decision 18).
+"""What one HTTP request did, for its metrics, its access log line and its `x-request-id`.
 
 The app wraps every request: it picks the request id (the client's own when valid, else a new
 one), puts a `RequestNote` in the `current` context variable, and adds `x-request-id` to the

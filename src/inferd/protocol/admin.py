@@ -1,4 +1,4 @@
-"""Wire schemas of /v1/admin (CONTRACT.md decision 19; no logic)."""
+"""Wire schemas of /v1/admin (no logic)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class KeyObject(BaseModel):
     created_at: str  # RFC 3339, UTC
     revoked_at: str | None
     spend_usd: float  # in the budget's period under way
-    # decision 23
+    # governance
     team: str | None
     tpm: int | None
     budget_period: Period
@@ -89,7 +89,7 @@ class OrgSettings(BaseModel):
 class OrgUpdateRequest(BaseModel):
     """PATCH /v1/admin/org: only the fields sent change (none of them may be null). `models` narrows
     the operator's list (`"*"`: all of it); `budget_usd` and `budget_period` are the operator's to
-    set, so sending them is 403 `operator_limit` (decision 23)."""
+    set, so sending them is 403 `operator_limit`."""
 
     model_config = ConfigDict(extra="forbid")
 

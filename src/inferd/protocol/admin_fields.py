@@ -1,5 +1,5 @@
-"""Field types of the /v1/admin schemas, and the governance fields a key gains (CONTRACT.md
-decisions 19 and 23; no logic)."""
+"""Field types of the /v1/admin schemas, and the governance fields a key gains (no
+logic)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ TeamName = Annotated[str, Field(pattern=TEAM_NAME_PATTERN, strict=True)]
 
 
 class KeyGovernance(BaseModel):
-    """What POST and PATCH /v1/admin/keys set besides decision 19's fields: `team` (null: none),
+    """What POST and PATCH /v1/admin/keys set besides its basic fields: `team` (null: none),
     `tpm`, `budget_period` (null: month), `models` (a subset of what the team and org allow; null:
     all of it), and the expiry as `expires_in` (`30d`, `12h`, `15m`) or `expires_at` (RFC 3339;
     null: never)."""

@@ -1,4 +1,4 @@
-"""Wire schemas of /v1/admin/teams (CONTRACT.md decision 23; no logic)."""
+"""Wire schemas of /v1/admin/teams (no logic)."""
 
 from __future__ import annotations
 

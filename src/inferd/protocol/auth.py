@@ -1,4 +1,4 @@
-"""Wire schemas of POST /v1/auth/exchange (both shapes, CONTRACT.md decision 1)."""
+"""Wire schemas of POST /v1/auth/exchange (both shapes)."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ class BatchObject(BaseModel):
 
 
 class BatchList(BaseModel):
-    """One page of batches, newest first (CONTRACT.md decision 5)."""
+    """One page of batches, newest first."""
 
     object: Literal["list"] = "list"
     data: list[BatchObject]

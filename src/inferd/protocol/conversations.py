@@ -1,4 +1,4 @@
-"""Wire schemas of the conversation routes (spec "Conversation endpoints", CONTRACT.md 2-4)."""
+"""Wire schemas of the conversation routes (spec "Conversation endpoints")."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ MAX_BIG_ID = 2**63 - 1
 
 
 class CreateConversation(BaseModel):
-    """POST /v1/conversations (extension route, CONTRACT.md 4)."""
+    """POST /v1/conversations (extension route)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,4 +1,4 @@
-"""Wire schema of GET /v1/me (CONTRACT.md decision 23; no logic)."""
+"""Wire schema of GET /v1/me (no logic)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wire schemas of Anthropic's Messages API (CONTRACT.md decision 20), for /openapi.json.
+"""Wire schemas of Anthropic's Messages API, for /openapi.json.
 
 The hot routes validate and translate with `protocol/messages_mapping.py`; these models only
 document the shapes."""

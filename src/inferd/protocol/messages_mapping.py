@@ -1,4 +1,4 @@
-"""Anthropic's Messages API onto chat completions and back (CONTRACT.md decision 20): the one
+"""Anthropic's Messages API onto chat completions and back: the one
 place that knows both dialects, beside the wire shapes (`protocol/messages.py`).
 
 Pure functions over parsed JSON, no I/O: a Messages request becomes the chat-completions body

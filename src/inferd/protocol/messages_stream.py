@@ -1,4 +1,4 @@
-"""A chat-completions stream turned into Anthropic's Messages events (CONTRACT.md decision 20).
+"""A chat-completions stream turned into Anthropic's Messages events.
 
 Chat chunks (parsed) go in one at a time; SSE bytes come out: `message_start` and a `ping`, then
 each content block opened, grown by deltas (`text_delta`, `thinking_delta`, `input_json_delta`)

@@ -1,4 +1,4 @@
-"""Wire schemas of OpenAI's Responses API (CONTRACT.md decision 21), for /openapi.json.
+"""Wire schemas of OpenAI's Responses API, for /openapi.json.
 
 The hot route validates and translates with `protocol/responses_mapping.py`; these models only
 document the shapes."""

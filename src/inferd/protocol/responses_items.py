@@ -1,4 +1,4 @@
-"""The Responses API's conversation items (CONTRACT.md decision 21): `input` in one normal form,
+"""The Responses API's conversation items: `input` in one normal form,
 and the chat messages a list of items makes.
 
 The normal form is what a stored response keeps, so `previous_response_id` can continue it: its

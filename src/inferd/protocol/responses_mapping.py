@@ -1,4 +1,4 @@
-"""OpenAI's Responses API onto chat completions and back (CONTRACT.md decision 21): the one place
+"""OpenAI's Responses API onto chat completions and back: the one place
 that knows both dialects, beside the wire shapes (`protocol/responses.py`).
 
 Pure functions over parsed JSON, no I/O: a Responses request becomes the chat-completions body that

@@ -1,11 +1,11 @@
-"""A chat-completions stream turned into the Responses API's typed events (CONTRACT.md decision 21).
+"""A chat-completions stream turned into the Responses API's typed events.
 
 Chat chunks (parsed) go in one at a time; SSE bytes come out, each event with its
 `sequence_number`: `response.created` and `response.in_progress`, then each output item added,
 grown by deltas (`response.output_text.delta`, `response.function_call_arguments.delta`,
 `response.reasoning_text.delta`) and done, then `response.completed` with the usage: also when
 the reply was cut by `max_output_tokens` (the response's `status` is then `incomplete`), since
-CONTRACT.md decision 21 ends every stream with `response.completed` or `response.failed`. An error chunk after the start becomes
+every stream ends with `response.completed` or `response.failed`. An error chunk after the start becomes
 `response.failed`, and nothing follows it. `response` holds the final response object, for storing.
 """
 

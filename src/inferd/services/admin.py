@@ -1,4 +1,4 @@
-"""Administration of one org by its admin key (CONTRACT.md decision 19): keys, org settings, the
+"""Administration of one org by its admin key: keys, org settings, the
 deployments' health and the audit log.
 
 Every change is written with its audit entry in one transaction and goes through
@@ -96,7 +96,7 @@ class Administration:
                          governance: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Mint a key in the admin's org; the answer is the only place its secret ever appears. A user
         that an idp subject already owns is refused (403 `user_already_linked`): the key would mint
-        that user's keys on the exchange and so act as them. `governance`: decision 23's fields
+        that user's keys on the exchange and so act as them. `governance`: the governance fields
         (team, tpm, budget_period, models, expires_in or expires_at), checked before anything is written."""
         settings = await key_changes(self._teams, await self._org(admin), self._wire(governance or {}),
                                      self._names_of)
@@ -116,7 +116,7 @@ class Administration:
         return {**created, "secret": secret, "full_key": f"{access_key_id}:{secret}"}
 
     async def update_key(self, admin: KeyRecord, access_key_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Change a key's name, budget, rpm, and decision 23's team, tpm, budget_period, models and
+        """Change a key's name, budget, rpm, and the governance fields team, tpm, budget_period, models and
         expiry (None removes a limit); everything is checked before anything is written."""
         view = await self._view(admin, access_key_id)
         changes = await key_changes(self._teams, await self._org(admin), self._wire(changes), self._names_of,
@@ -133,8 +133,8 @@ class Administration:
         return await self.get_key(admin, access_key_id)
 
     async def rotate_key(self, admin: KeyRecord, access_key_id: str, grace_s: float) -> dict[str, Any]:
-        """Give a key of the org a new secret, its old one valid `grace_s` seconds more (CONTRACT.md
-        decision 23); the answer is the only place the new secret appears. A revoked key is 400
+        """Give a key of the org a new secret, its old one valid `grace_s` seconds more;
+        the answer is the only place the new secret appears. A revoked key is 400
         `key_revoked`: a new secret would not bring it back."""
         view = await self._view(admin, access_key_id)
         if view.revoked_at is not None:

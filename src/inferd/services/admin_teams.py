@@ -1,4 +1,4 @@
-"""Teams of one org, administered by its admin key (CONTRACT.md decision 23): list, create, read,
+"""Teams of one org, administered by its admin key: list, create, read,
 change and delete, each change audited and obeyed from the next request on every replica
 (store/teams.py). A team of another org is 404, as an unknown one."""
 

@@ -1,4 +1,4 @@
-"""Delivery of queued budget alerts to `[alerts] webhook_url` (CONTRACT.md decision 23).
+"""Delivery of queued budget alerts to `[alerts] webhook_url`.
 
 Every replica runs a sender. Each claims due rows one by one (store/alerts.py `claim`: one
 replica wins a row), POSTs the stored body signed with `x-inferd-signature: sha256=<hex

@@ -1,4 +1,4 @@
-"""Budget alerts (CONTRACT.md decision 23): with `[alerts]`, each replica looks at spend every
+"""Budget alerts: with `[alerts]`, each replica looks at spend every
 `check_interval_s` and queues one alert per budget and period for each of 50%, 80% and 100% of it
 reached; alert_delivery.py posts them.
 

@@ -36,7 +36,7 @@ def unix(moment: datetime) -> int:
 
 def owner_filter(key: KeyRecord) -> str | None:
     """The access key id a caller's files and batches are filtered by: its own, or None for an
-    admin key, which sees and manages all of its org's (CONTRACT.md decision 6)."""
+    admin key, which sees and manages all of its org's."""
     return None if key.type == "admin" else key.access_key_id
 
 

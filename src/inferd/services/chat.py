@@ -37,7 +37,7 @@ class ChatCall:
     workspace: str = "chat"
     price_factor: float = 1.0
     prompt_count: int | None = None
-    affinity: str | None = None  # the routing key of `affinity` pools (CONTRACT.md 17)
+    affinity: str | None = None  # the routing key of `affinity` pools
 
     @property
     def billing(self) -> Billing:
@@ -52,7 +52,7 @@ class ChatCall:
 
 
 def apply_thinking(deployment: Model, payload: dict[str, Any]) -> None:
-    """Normalise `reasoning_effort` and apply the model's thinking mode (CONTRACT.md `thinking`)."""
+    """Normalise `reasoning_effort` and apply the model's thinking mode (docs/configuration.md, `thinking`)."""
     effort = check_reasoning_effort(payload)
     mode = deployment.config.thinking
     if effort is None or mode == "none":

@@ -184,7 +184,7 @@ class ConversationService:
         return conversation_out({**found.conversation, **values})
 
     async def delete(self, key: KeyRecord, conversation_ids: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Partial delete (CONTRACT.md 2): (deleted, skipped); 404 when nothing is deletable."""
+        """Partial delete: (deleted, skipped); 404 when nothing is deletable."""
         wanted = list(dict.fromkeys(conversation_ids))
         allowed = set(await self.store.owned_or_managed(wanted, _user_of(key)))
         deletable = [cid for cid in wanted if cid in allowed]

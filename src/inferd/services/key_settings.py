@@ -1,4 +1,4 @@
-"""A key's governance settings as an admin or the operator gives them (CONTRACT.md decision 23),
+"""A key's governance settings as an admin or the operator gives them,
 checked and turned into what `KeyRepository.create` and `update` store.
 
 Everything is checked before anything is written, so a refused change writes nothing: an unknown

@@ -1,5 +1,5 @@
 """GET /v1/me: what the calling key is, which models it may use, and what is left of every window
-and budget it falls under (CONTRACT.md decision 23). It reads; it counts nothing."""
+and budget it falls under. It reads; it counts nothing."""
 
 from __future__ import annotations
 

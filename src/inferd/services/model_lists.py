@@ -1,4 +1,4 @@
-"""Allow-lists inside allow-lists (CONTRACT.md decision 23): a key's models within its team's and
+"""Allow-lists inside allow-lists: a key's models within its team's and
 its org's, a team's within its org's, an org admin's narrowing within the operator's list.
 
 A list names models by id or alias, and a call is allowed when a list names any name of its model

@@ -1,7 +1,7 @@
 """The ephemeral purge: conversations created with `ephemeral=true` are deleted, with their
 messages, participants, source links and vectors, once older than `[conversations]
-ephemeral_ttl_seconds`. Runs in every server; checks at least every min(60, ttl / 5) seconds
-(CONTRACT.md); a delete that finds nothing left to delete is harmless, so replicas may race.
+ephemeral_ttl_seconds`. Runs in every server; checks at least every min(60, ttl / 5) seconds;
+a delete that finds nothing left to delete is harmless, so replicas may race.
 
 The same job keeps stored responses 30 days (`services/responses.py`) and deletes user keys a day
 after they expired (`start_key_sweep`): only what it deletes differs."""

@@ -1,4 +1,4 @@
-"""Stored responses around the chat corridor (CONTRACT.md decision 21): the conversation a
+"""Stored responses around the chat corridor: the conversation a
 `previous_response_id` continues, keeping a response for its key, and the 30-day retention job.
 
 A stored response keeps its own turn and the id of the one it continued; the conversation is the

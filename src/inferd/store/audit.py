@@ -25,7 +25,7 @@ CLI_ACTOR = "cli"
 # batch.cancel and file.delete: an admin acting on another key's batch or file (details: the owner).
 ACTIONS = ("key.create", "key.update", "key.revoke", "org.create", "org.update", "user_key.mint", "batch.cancel",
            "file.delete")
-ACTIONS += ("team.create", "team.update", "team.delete")  # target: the team's name (CONTRACT.md 23)
+ACTIONS += ("team.create", "team.update", "team.delete")  # target: the team's name
 ACTIONS += ("key.rotate",)  # a new secret for the same key id (details: grace_s; never a secret)
 
 

@@ -27,7 +27,7 @@ _INSERT_CHUNK = 500
 
 _key = api_keys.alias("k")
 _parent = api_keys.alias("p")
-# A key is revoked when it or the key that minted it is (CONTRACT.md 22).
+# A key is revoked when it or the key that minted it is.
 _REVOKED = or_(_key.c.revoked_at.is_not(None), _parent.c.revoked_at.is_not(None))
 _KEYS = _key.outerjoin(_parent, _parent.c.id == _key.c.parent_key_id)
 

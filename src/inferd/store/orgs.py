@@ -1,7 +1,7 @@
 """Organisations: slug, allowed models, feature flags, and the operator's budget.
 
 Two allow-lists: `allowed_models`, the operator's (the command line's) ceiling, and `admin_models`,
-what the org's admin narrowed it to (CONTRACT.md decision 23); calls obey both.
+what the org's admin narrowed it to; calls obey both.
 """
 
 from __future__ import annotations

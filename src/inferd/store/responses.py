@@ -1,4 +1,4 @@
-"""Stored responses (CONTRACT.md decision 21): one row per response made with `store` true, read
+"""Stored responses: one row per response made with `store` true, read
 back only with the key that made it, for 30 days; the retention job deletes older ones.
 
 A row holds its own turn only: the input items of its request and the response (whose output is

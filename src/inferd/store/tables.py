@@ -320,7 +320,7 @@ usage_rollup = Table(
 )
 
 
-# Administrative changes (migration 0008, CONTRACT.md decision 19): append-only, one row per
+# Administrative changes (migration 0008): append-only, one row per
 # key.create, key.update, key.revoke or org.update. `actor` is the admin key's access key id or
 # `cli`; `details` a JSON object that never holds a secret.
 audit_log = Table(
@@ -336,7 +336,7 @@ audit_log = Table(
 )
 
 
-# Stored responses of the Responses API (migration 0009, CONTRACT.md decision 21): per key, kept 30
+# Stored responses of the Responses API (migration 0009): per key, kept 30
 # days. `input_items` is the turn's input (JSON list), `response` the object sent; since 0011
 # `previous_id` is the response it continued (NULL: `input_items` is the whole conversation before
 # it), and `deleted_at` hides a deleted response that others still continue (store/responses.py).
@@ -354,7 +354,7 @@ responses = Table(
 )
 
 
-# Budget alerts (migration 0013, CONTRACT.md decision 23): the durable queue of the webhook, one
+# Budget alerts (migration 0013): the durable queue of the webhook, one
 # row per crossing of a threshold (50, 80, 100 percent) of a budget in a period; the unique key
 # makes replicas that see the same crossing queue it once. `period_start` is '' for `total`.
 # `next_attempt_at` is NULL once delivered or given up (the due rows are one index range).

@@ -1,4 +1,4 @@
-"""Teams of an org (CONTRACT.md decision 23): a budget with its period, rpm and tpm windows and an
+"""Teams of an org: a budget with its period, rpm and tpm windows and an
 allow-list of their own, shared by the keys that belong to the team.
 
 Every change is written with its audit entry (`team.create`, `team.update`, `team.delete`) in one

@@ -22,7 +22,7 @@ class UserRepository:
 
     async def email_user(self, org_id: int, email: str) -> tuple[int, bool]:
         """The id of the org's user with this email (created when missing) and whether an idp subject
-        owns it: a key bound to such a user would act as them (CONTRACT.md decision 22, amended)."""
+        owns it: a key bound to such a user would act as them."""
         async with self._engine.begin() as conn:
             found = (await conn.execute(select(users.c.id, users.c.subject).where(
                 users.c.org_id == org_id, users.c.email == email))).first()
@@ -50,7 +50,7 @@ class UserRepository:
 
     async def _resolve_subject(self, org_id: int, subject: str, verified_email: str | None,
                                given_name: str | None, family_name: str | None) -> int:
-        # Only a verified email is ever read or stored (CONTRACT.md decision 22). Anyone can put any
+        # Only a verified email is ever read or stored. Anyone can put any
         # address in an unverified claim: matching on it would hand them the conversations, keys and
         # invitations of the user known by that email, and storing it would collect that address's
         # future invitations and `keys create --user` keys. Such a subject gets a user of its own.

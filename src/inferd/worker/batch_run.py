@@ -1,7 +1,7 @@
 """One claimed batch: validate it, run its pending lines, group-commit their results, finalise it.
 
 A heartbeat keeps the lease and watches what stops a batch from outside the lines: a cancel
-(the status turns `cancelling`), a revoked key (CONTRACT.md 22: the worker turns it
+(the status turns `cancelling`), a revoked key (the worker turns it
 `cancelling` with the reason `key_revoked`; lines in flight finish) and the end of the window
 (lines in flight are aborted, since an engine with no timeout may never answer).
 """

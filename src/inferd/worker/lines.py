@@ -1,7 +1,7 @@
 """One batch line through the chat corridor: validation, model resolution and the org's
 allow-list, the key's budget, pacing, the call stage (failover) with retries, half-price usage.
 
-Pacing (CONTRACT.md 16, 17: `[batches] max_concurrency` lines in flight per deployment) has two
+Pacing (`[batches] max_concurrency` lines in flight per deployment) has two
 parts. The call stage holds each attempt to a free slot of the worker's `Pacer` on the deployment
 it is sent to, whatever the routing (weights, affinity), failover or fallbacks choose. Before
 that, lines wait for their model's share (`max_concurrency` per deployment of its pool) here,
@@ -36,7 +36,7 @@ from inferd.services.chat import ChatCall, ChatService
 from inferd.store.batches import LineResult
 
 PRICE_FACTOR = 0.5  # batch lines cost half the model's token rates
-RETRIES = 3  # transient engine failures (429, 5xx, timeout) retried this often (CONTRACT.md 16)
+RETRIES = 3  # transient engine failures (429, 5xx, timeout) retried this often
 RETRY_BASE_SECONDS = 0.5
 
 def _transient(exc: InferdError) -> bool:
@@ -140,7 +140,7 @@ class LineRunner:
             self.unrecorded[usage.key_id] = self.unrecorded.get(usage.key_id, 0.0) + usage.cost_usd
 
     async def _attempts(self, call: ChatCall) -> Metered[dict[str, Any]]:
-        """The line's completion, retried on transient failures (CONTRACT.md 16) after the call
+        """The line's completion, retried on transient failures after the call
         stage's own failover; only the attempt that decides the line is billed."""
         for attempt in range(RETRIES + 1):
             try:

@@ -29,7 +29,7 @@ MAX_BATCHES = 4  # batches one worker runs at once
 
 
 def job_interval(config: BatchConfig) -> float:
-    """How often background jobs check: min(60, the shortest setting / 5) (CONTRACT.md)."""
+    """How often background jobs check: min(60, the shortest setting / 5)."""
     return max(0.05, min(60.0, min(config.window_seconds, config.retention_seconds) / 5))
 
 
@@ -93,7 +93,7 @@ class BatchWorker:
                     if not await self._claim():
                         break
                 # Expiry and a revoked key do not wait for room: such a batch starts no line, it
-                # only needs its files written (CONTRACT.md 22: within the job cadence).
+                # only needs its files written (within the job cadence).
                 while await self._claim(due_only=True):
                     pass
             except asyncio.CancelledError:

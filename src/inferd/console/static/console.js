@@ -1,4 +1,4 @@
-// inferd web console: Alpine.js components over the admin API (CONTRACT.md decision 19); the
+// inferd web console: Alpine.js components over the admin API; the
 // usage page is in usage.js.
 // Alpine is its CSP build (no 'unsafe-eval'): index.html's attributes only read properties and
 // call methods, so whatever they show is computed here, in getters and methods.
@@ -17,7 +17,7 @@ const TABS = [
 ].map((tab) => ({ ...tab, href: `#/${tab.id}`, navId: `nav-${tab.id}` }));
 const REFRESH_MS = 5000;
 const BATCH_RUNNING = new Set(["validating", "in_progress", "finalizing", "cancelling"]);
-// A budget's period (CONTRACT.md decision 23): calendar UTC, the week from Monday; `total` never resets.
+// A budget's period: calendar UTC, the week from Monday; `total` never resets.
 const PERIODS = ["day", "week", "month", "total"];
 const PER_PERIOD = { day: "per day", week: "per week", month: "per month", total: "in total" };
 

@@ -1,4 +1,4 @@
-// The console's teams page (CONTRACT.md decision 23): the org's teams with their budget and its
+// The console's teams page: the org's teams with their budget and its
 // period, the spend in the period under way and when it resets, rpm, tpm and models; create, edit
 // and delete (after a confirmation; refused 409 `team_in_use` while a live key belongs to the team).
 // Uses console.js's api(), format, PERIODS, blankOrNumber() and nameList().

@@ -1,5 +1,5 @@
-"""Files and batches belong to the key that created them (CONTRACT.md decision 6); why a batch was
-cancelled (decision 22: a revoked key stops its batches).
+"""Files and batches belong to the key that created them; why a batch was
+cancelled (a revoked key stops its batches).
 
 Existing files get an owner where one can be told: an output or error file belongs to its batch's
 key, an uploaded input file to the key of the oldest batch that names it. An upload no batch names

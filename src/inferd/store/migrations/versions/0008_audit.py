@@ -1,4 +1,4 @@
-"""The audit log of administrative changes (CONTRACT.md decision 19): who created, changed or revoked
+"""The audit log of administrative changes: who created, changed or revoked
 a key or changed an org's settings, over HTTP (an admin key) or the command line (`cli`).
 
 Append-only: nothing updates or deletes a row. Pages are read newest first within one org, so the

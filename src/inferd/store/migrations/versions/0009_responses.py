@@ -1,4 +1,4 @@
-"""Stored responses of the Responses API (CONTRACT.md decision 21): kept 30 days for the key that
+"""Stored responses of the Responses API: kept 30 days for the key that
 made them, read back by id (GET, DELETE, `previous_response_id`) and purged once expired.
 
 `input_items` holds the whole conversation the response answered (earlier turns' items first), so

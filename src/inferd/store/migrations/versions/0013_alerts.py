@@ -1,4 +1,4 @@
-"""The durable queue of budget alerts (CONTRACT.md decision 23, issue 28).
+"""The durable queue of budget alerts (issue 28).
 
 One row per crossing of 50%, 80% or 100% of a budget in a period: `(scope, owner, period_start,
 threshold)` is unique, so however many replicas see the crossing, one row (and one POST) comes of
