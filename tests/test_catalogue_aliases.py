@@ -1,5 +1,5 @@
-"""A configured model's alias wins over a built-in model's default alias (CONTRACT.md, the built-in
-catalogue): the server starts, the alias routes to the configured model, and the start logs a
+"""A configured model's alias wins over a built-in model's default alias (docs/configuration.md,
+The built-in catalogue): the server starts, the alias routes to the configured model, and the start logs a
 warning naming the alias the built-in model lost."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Helpers of the admin API tests (CONTRACT.md decision 19): an org with an admin key, calls on the
+"""Helpers of the admin API tests: an org with an admin key, calls on the
 admin routes, and the command line run against the test server's database."""
 
 from __future__ import annotations

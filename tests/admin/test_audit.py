@@ -1,5 +1,5 @@
 """/v1/admin/audit: the org's administrative changes, newest first, over HTTP and from the command
-line (CONTRACT.md decision 19)."""
+line."""
 
 from __future__ import annotations
 

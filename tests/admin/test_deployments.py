@@ -1,4 +1,4 @@
-"""/v1/admin/deployments: every configured deployment's health as the server sees it (CONTRACT.md 19)."""
+"""/v1/admin/deployments: every configured deployment's health as the server sees it."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_a_failing_deployment_shows_down_with_its_failures(server: Server, org: 
 
 
 def test_only_the_models_the_org_may_use_are_listed(server: Server, org: AdminOrg) -> None:
-    """The org's allow-list (CONTRACT.md decision 19) bounds the listing as it bounds calls, by id or alias."""
+    """The org's allow-list bounds the listing as it bounds calls, by id or alias."""
     everything = {d["model"] for d in ok(admin_call(server, org.admin, "GET", "/deployments"))["data"]}
     assert {"mock-chat", "mock-plain", "mock-embed", "mock-dead", "mock-maint"} <= everything  # "*": all
 

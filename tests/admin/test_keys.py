@@ -1,4 +1,4 @@
-"""/v1/admin/keys: list, create, read, change and revoke the org's keys (CONTRACT.md decision 19)."""
+"""/v1/admin/keys: list, create, read, change and revoke the org's keys."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.harness import Server, auth
 
 KEY_FIELDS = {"access_key_id", "name", "type", "user_email", "budget_usd", "rpm", "created_at", "revoked_at",
               "spend_usd",
-              # CONTRACT.md decision 23
+              # governance
               "team", "tpm", "budget_period", "models", "model_limits", "expires_at", "period_start", "resets_at"}
 RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z")
 

@@ -1,4 +1,4 @@
-"""Per-model windows (CONTRACT.md decision 23): a key's or team's own rpm and tpm on one model (id
+"""Per-model windows: a key's or team's own rpm and tpm on one model (id
 or alias, counted on the canonical id), set through the admin API and the command line, and a
 model's `[[models]] rpm`/`tpm` over every caller."""
 

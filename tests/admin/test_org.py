@@ -1,4 +1,4 @@
-"""/v1/admin/org: the org's allow-list and feature flags (CONTRACT.md decision 19)."""
+"""/v1/admin/org: the org's allow-list and feature flags."""
 
 from __future__ import annotations
 

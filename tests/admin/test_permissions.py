@@ -1,4 +1,4 @@
-"""Only admin keys administer (CONTRACT.md decision 19): application and user keys get 403
+"""Only admin keys administer: application and user keys get 403
 `admin_key_required` on every admin route, and change nothing."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def routes(target: str) -> list[tuple[str, str, Any]]:
             ("PATCH", f"/keys/{target}", {"budget_usd": 0}), ("DELETE", f"/keys/{target}", None),
             ("GET", "/org", None), ("PATCH", "/org", {"models": []}), ("GET", "/deployments", None),
             ("GET", "/audit", None),
-            # decision 23: teams
+            # governance: teams
             ("GET", "/teams", None), ("POST", "/teams", {"name": "perm"}), ("GET", "/teams/perm", None),
             ("PATCH", "/teams/perm", {"rpm": 1}), ("DELETE", "/teams/perm", None)]
 

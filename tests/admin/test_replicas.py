@@ -1,5 +1,5 @@
 """Two replicas on one database and one Redis: a change made on one is obeyed by the very next
-request on the other (CONTRACT.md decision 19), although replicas cache keys on PostgreSQL."""
+request on the other, although replicas cache keys on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory, backend: Backend, config_file: Path) -> Iterator[list[Server]]:
     """Two replicas sharing the run's database, a Redis (the local one when the run has none) and
-    the data dir (CONTRACT.md: replicas share it)."""
+    the data dir (replicas share it)."""
     shared = Backend(backend.database_url, backend.redis_url or LOCAL_REDIS, backend.redis_prefix + "admin:")
     data_dir = tmp_path_factory.mktemp("admin-replicas")
     servers: list[Server] = []

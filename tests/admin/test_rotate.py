@@ -1,4 +1,4 @@
-"""Key rotation (CONTRACT.md decision 23): `inferd keys rotate` and `POST /v1/admin/keys/{id}/rotate`
+"""Key rotation: `inferd keys rotate` and `POST /v1/admin/keys/{id}/rotate`
 give the same access key id a new secret; the old one is valid for the grace period only, and the
 key keeps its usage, spend and limits."""
 

@@ -1,5 +1,5 @@
-"""/v1/admin/teams and the governance fields of /v1/admin/keys and /v1/admin/org (CONTRACT.md
-decision 23): teams made, changed and deleted over HTTP, keys put in them, what an admin may not
+"""/v1/admin/teams and the governance fields of /v1/admin/keys and /v1/admin/org:
+teams made, changed and deleted over HTTP, keys put in them, what an admin may not
 do to the operator's ceilings, and the next call obeying each change."""
 
 from __future__ import annotations

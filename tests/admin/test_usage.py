@@ -1,5 +1,5 @@
 """With an admin key, GET /v1/usage and /v1/usage/summary cover every key of its org and honour the
-`key_id` and `user_id` filters (CONTRACT.md decision 19); other keys keep seeing only their own."""
+`key_id` and `user_id` filters; other keys keep seeing only their own."""
 
 from __future__ import annotations
 

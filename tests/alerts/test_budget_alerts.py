@@ -1,4 +1,4 @@
-"""Budget alerts (CONTRACT.md decision 23, issue 28): with `[alerts]`, the first call that takes a
+"""Budget alerts (issue 28): with `[alerts]`, the first call that takes a
 budget past 50%, 80% or 100% of it in a period brings one signed POST to the webhook, whatever the
 number of replicas, and a receiver that was down while the server restarted still gets each one.
 
@@ -149,7 +149,7 @@ def test_two_replicas_send_one_post_per_threshold(tmp_path: Path, backend: Backe
     config = alerting_config(tmp_path, upstream, receiver)
     servers: list[Server] = []
     try:
-        for _ in range(2):  # one database, one data dir (CONTRACT.md: replicas share it)
+        for _ in range(2):  # one database, one data dir (replicas share it)
             servers.append(Server.start(tmp_path, backend, config))
         cost = one_call_cost(servers[0])
         org = new_org()

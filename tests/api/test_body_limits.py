@@ -1,4 +1,4 @@
-"""Request bodies are capped while they arrive (CONTRACT.md decision 22), against the running server.
+"""Request bodies are capped while they arrive, against the running server.
 
 The client here is a raw socket, because the point is what the server does with bytes it has not
 read yet: it answers 413 at the cap (or at once when Content-Length says more), closes the

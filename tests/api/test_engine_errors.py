@@ -185,7 +185,7 @@ def test_other_4xx_stay_relayed(gateway: Server, stream: bool) -> None:
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(("model", "retry_after"), [("throttled-chat", "1"), ("throttled-later-chat", "7")])
 def test_a_relayed_429_says_when_to_come_back(gateway: Server, stream: bool, model: str, retry_after: str) -> None:
-    """CONTRACT.md decision 9: a 429 always carries Retry-After in whole seconds, the engine's own when it
+    """A 429 always carries Retry-After in whole seconds, the engine's own when it
     sent one; the rejection itself is the engine's, as other 4xx are."""
     key = gateway.create_key()
     reply = _post("/chat/completions", {"messages": HELLO, "stream": stream})(gateway, key, model)

@@ -1,6 +1,6 @@
 """Schemathesis against the running server's own `/openapi.json`: every operation, a bounded number
 of generated requests each (valid and invalid data), with valid keys. No request may get a 5xx,
-and every error must leave in the contract's envelope (CONTRACT.md decisions 8 and 12).
+and every error must leave in the contract's envelope.
 
 The routes taking multipart/form-data (uploads, transcriptions, generate's form) get a run of their
 own, longer, and must really have been sent multipart bodies.
@@ -36,7 +36,7 @@ MULTIPART_PATHS = {"/v1/audio/transcriptions", "/v1/files", "/v1/conversations/{
                    "/v1/conversations/{conversation_id}/generate"}
 SKIPPED_PATHS = ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
 USER_SCOPED = ("/v1/conversations", "/v1/sources")
-ANTHROPIC_DIALECT = ("/v1/messages",)  # Anthropic's envelope (CONTRACT.md decision 20)
+ANTHROPIC_DIALECT = ("/v1/messages",)  # Anthropic's envelope
 
 
 def _envelope_problem(path: str, status: int, body: bytes, content_type: str) -> str | None:

@@ -1,4 +1,4 @@
-"""GET /v1/me (CONTRACT.md decision 23): the calling key, its models, and what is left of every
+"""GET /v1/me: the calling key, its models, and what is left of every
 window and budget it falls under, read from the running server."""
 
 from __future__ import annotations

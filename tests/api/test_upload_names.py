@@ -1,5 +1,5 @@
 """What a client names in an upload (the file name, the form's field names) is cleaned once, for
-every upload route (api/uploads.py; CONTRACT.md decision 22, amended): no control characters, at
+every upload route (api/uploads.py): no control characters, at
 most 255 characters, never a 500 for it. The transcription's side is in test_audio.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bounded work per request (CONTRACT.md decision 22), through the running server: embeddings take
+"""Bounded work per request, through the running server: embeddings take
 at most 2048 inputs, rerank at most 1000 documents, transcription at most `[audio] max_duration_s`
 of audio (decided before the engine decodes it); plain-format transcripts come back byte for byte;
 speech takes at most 4096 characters at a speed of 0.25 to 4, image generation at most 10 images

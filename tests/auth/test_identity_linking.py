@@ -1,4 +1,4 @@
-"""Identity linking on POST /v1/auth/exchange (CONTRACT.md decision 22): an idp subject claims a user
+"""Identity linking on POST /v1/auth/exchange: an idp subject claims a user
 first known by email (`keys create --user`, an invitation) only with `email_verified: true`; any
 other token gets a user of its own that sees none of that user's conversations or invitations."""
 

@@ -1,5 +1,5 @@
 """Batch lines obey their key's team: its budget (lines fail `budget_exceeded` once it is spent,
-whoever spent it) and its allow-list, as every metered route does (CONTRACT.md decision 23)."""
+whoever spent it) and its allow-list, as every metered route does."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Files and batches belong to the key that created them (CONTRACT.md decision 6): another
+"""Files and batches belong to the key that created them: another
 application key of the org gets 404 and lists nothing of them; an admin key of the org sees and
 manages all of them; another org's admin gets 404."""
 

@@ -1,4 +1,4 @@
-"""What stops a batch from outside its lines: a revoked key (CONTRACT.md 22) and the end of the
+"""What stops a batch from outside its lines: a revoked key and the end of the
 window when the engine never answers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The governance commands (CONTRACT.md decision 23): `inferd teams …`, and the team, tpm, period,
+"""The governance commands: `inferd teams …`, and the team, tpm, period,
 models and expiry flags of `keys create|update` and the budget flags of `orgs create|update`,
 run as the operator runs them against a live server's database."""
 

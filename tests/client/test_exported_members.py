@@ -82,7 +82,7 @@ def test_async_client_mirrors_client() -> None:
     sync_methods = public_methods(inferd_client.Client)
     async_methods = public_methods(inferd_client.AsyncClient)
     assert set(sync_methods) == set(async_methods)
-    # the governance methods (decision 23) are on both
+    # the governance methods are on both
     assert {"me", "rotate_key", "list_teams", "create_team", "get_team", "update_team", "delete_team"} <= \
         set(sync_methods)
     for name, method in sync_methods.items():

@@ -1,4 +1,4 @@
-"""inferd_client's governance methods against the real server (CONTRACT.md decision 23): teams made,
+"""inferd_client's governance methods against the real server: teams made,
 changed and deleted, keys put in them with budgets and token limits, `me()` read with such a key,
 rotation with and without a grace period, and the errors each refusal maps to (sync and async)."""
 

@@ -1,4 +1,4 @@
-"""The keys page's models, per-model limits and expiry (CONTRACT.md decision 23), in Chromium
+"""The keys page's models, per-model limits and expiry, in Chromium
 against the running server: edit them on a key and find them stored (GET /v1/admin/keys/{id}) and
 obeyed; an edit wider than the key's team shows the server's own message and stores nothing; a key
 created with them."""

@@ -1,4 +1,4 @@
-"""The teams page and the keys page's governance fields (CONTRACT.md decision 23), in Chromium
+"""The teams page and the keys page's governance fields, in Chromium
 against the running server: create a team (its budget by day, rpm, tpm, models), see the API's
 refusals in the dialog, put keys in it from the keys page (create and edit, with a period and a
 tpm), see the team's spend in the period under way and its reset, a zero budget over the whole

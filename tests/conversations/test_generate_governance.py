@@ -1,5 +1,5 @@
-"""Generate obeys the limits of the key its user key was minted from, that key's team included
-(CONTRACT.md decision 23): a spent team budget is 402, a team rpm is shared with the team's
+"""Generate obeys the limits of the key its user key was minted from, that key's team included:
+a spent team budget is 402, a team rpm is shared with the team's
 other keys."""
 
 from __future__ import annotations

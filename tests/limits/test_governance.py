@@ -1,4 +1,4 @@
-"""Every metered route obeys every limit that applies to its key (CONTRACT.md decision 23): the
+"""Every metered route obeys every limit that applies to its key: the
 budgets of its team and org, the requests and tokens per minute of its team and its own, and the
 allow-lists of its team and its own; OpenAI's `x-ratelimit-*` headers say where a key stands."""
 

@@ -1,4 +1,4 @@
-"""Per-model windows hold on every metered route (CONTRACT.md decision 23): a key's own rpm on the
+"""Per-model windows hold on every metered route: a key's own rpm on the
 model a route calls refuses the next call to that model, whatever the route."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Team windows and budgets are exact across replicas on one Redis (CONTRACT.md decision 23):
+"""Team windows and budgets are exact across replicas on one Redis:
 two replicas, calls spread over two keys of one team."""
 
 from __future__ import annotations

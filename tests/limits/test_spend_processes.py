@@ -71,7 +71,7 @@ def test_budget_first_seen_on_the_other_server_is_read_from_the_database(pair: l
     assert [chat(a, key), chat(a, key), chat(a, key)] == [200, 200, 402]
     # No sleep needed: B has never seen this key, so its first check reads the database.
     assert chat(b, key) == 402
-    # Calls that are not metered never answer 402 (CONTRACT.md decision 11).
+    # Calls that are not metered never answer 402.
     assert httpx.get(b.v1 + "/models", headers=auth(key), timeout=30).status_code == 200
 
 

@@ -1,4 +1,4 @@
-"""One requests-per-minute window per user (CONTRACT.md decision 10): every user key minted for
+"""One requests-per-minute window per user: every user key minted for
 the same user from the same parent shares the parent's limit as one window; another user of the
 same parent has a window of its own, and so does the parent key itself."""
 
@@ -18,7 +18,7 @@ def conversations(server: Server, key: str) -> httpx.Response:
 
 def assert_limited(response: httpx.Response) -> None:
     assert response.status_code == 429, response.text
-    body = response.json()  # user-scoped routes answer {success, message, code} (CONTRACT.md decision 8)
+    body = response.json()  # user-scoped routes answer {success, message, code}
     assert body.get("code", body.get("error", {}).get("code")) == "rate_limit_exceeded"
     retry_after = response.headers["retry-after"]
     assert retry_after.isdigit() and 1 <= int(retry_after) <= 60

@@ -1,4 +1,4 @@
-"""`inferd serve --workers 2` without Redis (CONTRACT.md: `--workers N` needs nothing more): the
+"""`inferd serve --workers 2` without Redis (`--workers N` needs nothing more): the
 workers share one requests-per-minute window and one tokens-per-minute window per key, so no
 limit is multiplied by the number of workers; spend is shared through the database, as between
 any two processes."""

@@ -1,4 +1,4 @@
-"""A log line cannot be forged (CONTRACT.md decision 18): what a client or an upstream controls
+"""A log line cannot be forged: what a client or an upstream controls
 (a percent-decoded request path, an engine's error body) is escaped in the `text` format, and
 the `json` format escapes it as JSON does; either way no line of the log is anyone's but a record's."""
 

@@ -1,4 +1,4 @@
-"""GET /metrics: every series of CONTRACT.md decision 18, checked against the calls made."""
+"""GET /metrics: every series of docs/operations.md (Metrics), checked against the calls made."""
 
 from __future__ import annotations
 

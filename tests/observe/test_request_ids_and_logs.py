@@ -1,4 +1,4 @@
-"""`x-request-id` on every response and forwarded upstream; the JSON access log (CONTRACT.md 18)."""
+"""`x-request-id` on every response and forwarded upstream; the JSON access log."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`[batches] max_concurrency` is a cap per deployment (CONTRACT.md 16 and 17): whatever the pool's
+"""`[batches] max_concurrency` is a cap per deployment: whatever the pool's
 routing would do, no deployment ever has more than that many lines in flight, and the lines use
 every deployment. Two slow fakes, each its own process, report the most chat requests they
 answered at once; the routings are those that would pile lines onto one deployment if the cap

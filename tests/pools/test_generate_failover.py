@@ -1,4 +1,4 @@
-"""A generate turn fails over like a call (CONTRACT.md 17: every route uses the pool, generate turns
+"""A generate turn fails over like a call (every route uses the pool, generate turns
 included): the chat model is a pool of two deployments whose first (in round-robin order) is dead,
 a fake answering 500 or a closed port; the turn streams the live deployment's reply, stores it,
 and its one usage row names the deployment that answered."""

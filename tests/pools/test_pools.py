@@ -1,4 +1,4 @@
-"""Model pools against the running server (CONTRACT.md decision 17): routing spreads, affinity
+"""Model pools against the running server: routing spreads, affinity
 sticks and moves, failover before the first byte, fallbacks, back-pressure, one usage row per call
 naming the deployment that answered, and every route failing over alike."""
 
@@ -263,8 +263,8 @@ def test_a_deployment_killed_under_load_costs_no_client_an_error_and_comes_back(
     calls, errors, broken = _load(pool_server, key, "fleet", seconds=6, workers=12, at=2,
                                   action=lambda: fleet.kill("k2"))
     assert errors == [] and calls > 100, (calls, errors[:5])
-    # A stream whose first chunk had reached its client when the kill landed cannot move
-    # (CONTRACT.md decision 17): it ends in its error frame. Only the streams in flight on the
+    # A stream whose first chunk had reached its client when the kill landed cannot move:
+    # it ends in its error frame. Only the streams in flight on the
     # killed deployment can (6 stream workers, a third of them there at most, usually none).
     assert len(broken) <= 6, broken
     failed = [line for line in pool_server.log().splitlines()[log_start:]

@@ -1,5 +1,5 @@
 """Stored responses are kept 30 days: older ones are invisible at once and deleted by the retention
-job, which a server runs as it starts and then every minute (CONTRACT.md "Background jobs").
+job, which a server runs as it starts and then every minute (docs/configuration.md, `[batches]`).
 Rows are backdated in the real database; nothing of inferd is mocked."""
 
 from __future__ import annotations

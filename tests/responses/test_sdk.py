@@ -137,7 +137,7 @@ def test_max_output_tokens_ends_incomplete(client: openai.OpenAI, resp_server: S
     if stream:
         events = list(client.responses.create(model="mock-chat", input="Say hello", max_output_tokens=3,
                                               stream=True))
-        assert events[-1].type == "response.completed"  # decision 21: every stream ends so, or failed
+        assert events[-1].type == "response.completed"  # every stream ends so, or failed
         response = events[-1].response  # type: ignore[union-attr]
     else:
         response = client.responses.create(model="mock-chat", input="Say hello", max_output_tokens=3)

@@ -180,7 +180,7 @@ def test_embedding_is_billed_to_the_parent_key_with_the_user(sources_server: Ser
 
 
 def test_a_spent_budget_never_refuses_an_upload(sources_server: Server) -> None:
-    """Vectorize is not a metered call (CONTRACT.md decision 11; the spec lists no 402 for it): with the
+    """Vectorize is not a metered call (the spec lists no 402 for it): with the
     parent key's budget spent, its user's upload is still embedded, and still charged to it."""
     app_key = sources_server.create_key(budget_usd=0)
     spent = httpx.post(sources_server.v1 + "/chat/completions", headers=auth(app_key), timeout=30,

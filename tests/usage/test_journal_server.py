@@ -126,7 +126,7 @@ def test_a_reply_s_row_is_in_the_usage_report_at_once(journaled: Server) -> None
 
 def test_another_server_on_the_same_database_sees_the_row_at_once(
         tmp_path: Path, store: Backend, config_file: Path) -> None:
-    # Replicas share the data dir (CONTRACT.md); on SQLite they share the database file.
+    # Replicas share the data dir; on SQLite they share the database file.
     first = Server.start(tmp_path, store, config_file)
     second = Server.start(tmp_path, store, config_file)
     try:

