@@ -1,4 +1,4 @@
-"""The command line exactly as docs/operations.md gives it: serve's first key, orgs create, keys create/revoke."""
+"""The command line: serve's first key, orgs create, keys create/revoke."""
 
 from __future__ import annotations
 
