@@ -46,6 +46,47 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local second = tonumber(t[1])
 local window_s = math.floor(window / 1000000)
+-- A token hash holds one field per second of Redis's clock with that second's tokens, plus `sum`
+-- (of the fields still in the window) and `low` (the oldest field's second, when any): seconds
+-- that left the window since the last check are taken off `sum` one by one (usually none or one),
+-- not by reading every field. A hash without them (new, or written before they existed), or one
+-- unchecked for long, is counted once in full.
+local function tally(key)
+  local state = redis.call('HMGET', key, 'sum', 'low')
+  local total = tonumber(state[1])
+  local low = tonumber(state[2])
+  local cutoff = second - window_s
+  if total == nil or low == nil or cutoff - low > 2 * window_s then
+    total = 0
+    local fields = redis.call('HGETALL', key)
+    for j = 1, #fields, 2 do
+      local s = tonumber(fields[j])
+      if s ~= nil then
+        if s <= cutoff then
+          redis.call('HDEL', key, fields[j])
+        else
+          total = total + tonumber(fields[j + 1])
+        end
+      end
+    end
+  else
+    for s = low, cutoff do
+      local amount = redis.call('HGET', key, s)
+      if amount then
+        total = total - tonumber(amount)
+        redis.call('HDEL', key, s)
+      end
+    end
+  end
+  if total < 0 then total = 0 end
+  if low == nil or low <= cutoff then low = cutoff + 1 end
+  if total > 0 then  -- `low` moves on to the oldest field (each second is passed over once)
+    while low < second and redis.call('HEXISTS', key, low) == 0 do low = low + 1 end
+  end
+  redis.call('HSET', key, 'sum', total, 'low', low)
+  redis.call('EXPIRE', key, window_s + 2)
+  return total, low
+end
 local wait = -1
 local held = {}
 local tok = {0, 0, 0}
@@ -69,29 +110,16 @@ for i = 1, n do
   end
   if tpm > 0 then
     local key = KEYS[2 * i]
-    local fields = redis.call('HGETALL', key)
-    local total = 0
-    local seconds = {}
-    local amounts = {}
-    for j = 1, #fields, 2 do
-      local s = tonumber(fields[j])
-      if s <= second - window_s then
-        redis.call('HDEL', key, fields[j])
-      else
-        total = total + tonumber(fields[j + 1])
-        seconds[#seconds + 1] = s
-        amounts[s] = tonumber(fields[j + 1])
-      end
-    end
-    table.sort(seconds)
+    local total, low = tally(key)
     local reset = 0
-    if #seconds > 0 then reset = (seconds[1] + window_s) * 1000000 - now end
+    if total > 0 then reset = (low + window_s) * 1000000 - now end
     if total >= tpm then
       local left = total
       local w = window
-      for _, s in ipairs(seconds) do
-        left = left - amounts[s]
-        if left < tpm then
+      for s = low, second do
+        local amount = tonumber(redis.call('HGET', key, s) or 0)
+        left = left - amount
+        if amount > 0 and left < tpm then
           w = (s + window_s) * 1000000 - now
           break
         end
@@ -151,7 +179,8 @@ for i = 1, n do
     local fields = redis.call('HGETALL', KEYS[2 * i])
     local total = 0
     for j = 1, #fields, 2 do
-      if tonumber(fields[j]) > second - window_s then total = total + tonumber(fields[j + 1]) end
+      local s = tonumber(fields[j])  -- `sum` and `low` are not seconds
+      if s ~= nil and s > second - window_s then total = total + tonumber(fields[j + 1]) end
     end
     tokens = math.max(0, tpm - total)
   end
@@ -161,11 +190,19 @@ end
 return reply
 """
 
-# A finished call's tokens, in the current second's field of each window's hash (Redis's clock).
+# A finished call's tokens, in the current second's field of each window's hash (Redis's clock),
+# and in its `sum` once an admission keeps one (never before `low`: a clock stepped back must not
+# leave a field the admission never takes off).
 _TOKENS_SCRIPT = """
-local t = redis.call('TIME')
+local second = tonumber(redis.call('TIME')[1])
 for _, key in ipairs(KEYS) do
-  redis.call('HINCRBY', key, t[1], ARGV[1])
+  local low = tonumber(redis.call('HGET', key, 'low'))
+  if low ~= nil then
+    redis.call('HINCRBY', key, math.max(second, low), ARGV[1])
+    redis.call('HINCRBY', key, 'sum', ARGV[1])
+  else
+    redis.call('HINCRBY', key, second, ARGV[1])
+  end
   redis.call('EXPIRE', key, ARGV[2])
 end
 return 0
