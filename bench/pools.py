@@ -371,7 +371,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=None, help="seconds of warm-up per phase (default 1)")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--mode", choices=("blocking", "stream"), default="blocking",
-                        help="stream: streams cut by the kill after their first byte fail by design (CONTRACT.md 17)")
+                        help="stream: streams cut by the kill after their first byte fail by design (no failover after a byte)")
     parser.add_argument("--cooldown", type=float, default=1.0, help="pool cooldown_s (default 1)")
     parser.add_argument("--health-interval", type=float, default=0.5, help="pool health_interval_s (default 0.5)")
     parser.add_argument("--gateway-core", type=int, default=0)
