@@ -13,8 +13,8 @@ import pytest
 
 from inferd.errors import (AuthenticationFailed, BudgetExceeded, EngineError, EngineTimeout, InvalidRequest,
                            ModelOverloaded, NotFound, PayloadTooLarge, PermissionDenied, RateLimited, RelayedError)
-from inferd.protocol.messages_mapping import error_envelope, from_chat, stop_of, to_chat, tool_input, usage_of
-from inferd.protocol.messages_stream import MessageStream
+from inferd.dialects.messages_mapping import error_envelope, from_chat, stop_of, to_chat, tool_input, usage_of
+from inferd.dialects.messages_stream import MessageStream
 
 DATA = Path(__file__).parent / "data"
 

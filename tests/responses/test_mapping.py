@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from inferd.errors import InvalidRequest
-from inferd.protocol.responses_items import output_as_input
-from inferd.protocol.responses_mapping import continue_from, from_chat, reasoning_tokens, to_chat, usage_of
-from inferd.protocol.responses_stream import ResponseStream
+from inferd.dialects.responses_items import output_as_input
+from inferd.dialects.responses_mapping import continue_from, from_chat, reasoning_tokens, to_chat, usage_of
+from inferd.dialects.responses_stream import ResponseStream
 
 DATA = Path(__file__).parent / "data"
 IDS = re.compile(r"^(resp|msg|fc|rs)_[0-9a-f]{32}$")

@@ -1,7 +1,7 @@
 """POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API on every chat model,
 raw ASGI handlers of the hot path.
 
-A request is translated into a chat completion (`protocol/messages_mapping.py`) and walks the
+A request is translated into a chat completion (`dialects/messages_mapping.py`) and walks the
 chat corridor itself: limits, `ChatService` (catalogue, context fit, call stage with failover,
 one usage row in workspace `chat`), then the reply or the stream is translated back. Errors leave
 in Anthropic's envelope, `{type: "error", error: {type, message}}`.
@@ -25,8 +25,8 @@ from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, TokenCount
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
-from inferd.protocol.messages_mapping import error_envelope, from_chat, thinking_on, to_chat, usage_of
-from inferd.protocol.messages_stream import MessageStream
+from inferd.dialects.messages_mapping import error_envelope, from_chat, thinking_on, to_chat, usage_of
+from inferd.dialects.messages_stream import MessageStream
 from inferd.services.chat import ChatCall, ChatService
 
 log = logging.getLogger("inferd.api.messages")

@@ -1,7 +1,7 @@
 """/v1/responses: OpenAI's Responses API on every chat model.
 
 POST is a raw ASGI handler of the hot path: the request is translated into a chat completion
-(`protocol/responses_mapping.py`) and walks the chat corridor itself: limits, `ChatService`
+(`dialects/responses_mapping.py`) and walks the chat corridor itself: limits, `ChatService`
 (catalogue, context fit, call stage with failover, one usage row in workspace `chat` with the
 request's `metadata`), then the reply or the stream is translated back and, with `store` (the
 default), kept for the key. GET and DELETE of a stored response are FastAPI routes.
@@ -27,8 +27,8 @@ from inferd.catalogue import ModelCatalogue
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
 from inferd.protocol.responses import DeletedResponse, ResponseObject
-from inferd.protocol.responses_mapping import Translated, continue_from, from_chat, reasoning_tokens, to_chat, usage_of
-from inferd.protocol.responses_stream import ResponseStream
+from inferd.dialects.responses_mapping import Translated, continue_from, from_chat, reasoning_tokens, to_chat, usage_of
+from inferd.dialects.responses_stream import ResponseStream
 from inferd.services.chat import ChatCall, ChatService
 from inferd.services.responses import History, ResponsesService
 

@@ -1,6 +1,6 @@
 """Wire schemas of Anthropic's Messages API, for /openapi.json.
 
-The hot routes validate and translate with `protocol/messages_mapping.py`; these models only
+The hot routes validate and translate with `dialects/messages_mapping.py`; these models only
 document the shapes."""
 
 from __future__ import annotations

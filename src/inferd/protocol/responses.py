@@ -1,6 +1,6 @@
 """Wire schemas of OpenAI's Responses API, for /openapi.json.
 
-The hot route validates and translates with `protocol/responses_mapping.py`; these models only
+The hot route validates and translates with `dialects/responses_mapping.py`; these models only
 document the shapes."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import orjson
 
-from inferd.protocol.responses_mapping import (Translated, function_call_item, message_item, new_id,
+from inferd.dialects.responses_mapping import (Translated, function_call_item, message_item, new_id,
                                                reasoning_item, reasoning_tokens, response_object, status_of,
                                                usage_of)
 

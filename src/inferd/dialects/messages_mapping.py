@@ -4,7 +4,7 @@ place that knows both dialects, beside the wire shapes (`protocol/messages.py`).
 Pure functions over parsed JSON, no I/O: a Messages request becomes the chat-completions body
 that `ChatService` runs through the chat corridor, and a completion becomes a message. Requests
 are validated as they are translated (one walk): every failure is a 400 whose message starts
-with the field's path. Streams are translated by `protocol/messages_stream.py`.
+with the field's path. Streams are translated by `dialects/messages_stream.py`.
 """
 
 from __future__ import annotations

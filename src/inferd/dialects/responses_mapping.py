@@ -4,9 +4,9 @@ that knows both dialects, beside the wire shapes (`protocol/responses.py`).
 Pure functions over parsed JSON, no I/O: a Responses request becomes the chat-completions body that
 `ChatService` runs through the chat corridor, and a completion becomes a response object. Requests
 are validated as they are translated (one walk): every failure is a 400 whose message starts with
-the field's path. Streams are translated by `protocol/responses_stream.py`.
+the field's path. Streams are translated by `dialects/responses_stream.py`.
 
-Input items and the chat messages they make are in `protocol/responses_items.py`.
+Input items and the chat messages they make are in `dialects/responses_items.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.api.checks import REASONING_EFFORTS, check_metadata, check_model
-from inferd.protocol.responses_items import chat_messages, input_items, invalid, required_string
+from inferd.dialects.responses_items import chat_messages, input_items, invalid, required_string
 
 TOOL_CHOICES = ("auto", "none", "required")
 # Chat's finish reasons that end a reply early: the response is `incomplete`, and why.

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import orjson
 
-from inferd.protocol.messages_mapping import message_id, stop_of, usage_of
+from inferd.dialects.messages_mapping import message_id, stop_of, usage_of
 
 _TEXT_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
                b'"delta":{"type":"text_delta","text":')
