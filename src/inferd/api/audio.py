@@ -8,19 +8,19 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from inferd.api.checks import MAX_MODEL_LENGTH, check_model
-from inferd.api.deps import caller_key, metered_key, services
 from inferd.api.body_limits import TRANSCRIPTION_UPLOAD_BYTES
+from inferd.api.deps import caller_key, metered_key, services
 from inferd.api.uploads import read_upload
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import require_long_lived
-from inferd.engines.audio_codec import FORMATS, audio_seconds
-from inferd.engines.transcripts import PLAIN_FORMATS, render
 from inferd.calls.stage import Answer, Billing
 from inferd.catalogue import Deployment, Model
+from inferd.engines.audio_codec import FORMATS, audio_seconds
 from inferd.engines.base import SpeechEngine, TranscriptionEngine
+from inferd.engines.transcripts import PLAIN_FORMATS, render
 from inferd.errors import InvalidRequest
 from inferd.protocol.audio import MAX_SPEECH_INPUT, MAX_SPEED, MIN_SPEED, SpeechRequest
+from inferd.protocol.checks import MAX_MODEL_LENGTH, check_model
 
 router = APIRouter(tags=["audio"])
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from inferd.api.checks import check_metadata
 from inferd.api.deps import long_lived_key, services
 from inferd.auth.key_record import KeyRecord
 from inferd.protocol.batches import BatchCreateRequest, BatchList, BatchObject
+from inferd.protocol.checks import check_metadata
 from inferd.store.audit import AuditLog
 
 router = APIRouter(tags=["batches"])

@@ -10,12 +10,13 @@ import orjson
 
 from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive, Scope, Send, response_start, send_bytes,
                              send_error)
-from inferd.api.checks import check_chat, check_metadata
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
+from inferd.protocol.chat import check_chat
+from inferd.protocol.checks import check_metadata
 from inferd.services.chat import DONE_FRAME, ChatCall, ChatService
 
 log = logging.getLogger("inferd.api.chat")

@@ -10,7 +10,6 @@ import numpy as np
 import orjson
 
 from inferd.api.asgi import JSON_HEADERS, Receive, Scope, Send, send_bytes
-from inferd.api.checks import check_model, is_int
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
@@ -19,6 +18,7 @@ from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import EmbeddingEngine
 from inferd.errors import InvalidRequest
 from inferd.limits.base import Limits
+from inferd.protocol.checks import check_model, is_int
 
 
 MAX_INPUTS = 2048  # per request: one call is a bounded amount of work

@@ -15,7 +15,6 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from inferd.api.checks import check_model, is_int
 from inferd.api.deps import caller_key, services
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import require_long_lived
@@ -23,6 +22,7 @@ from inferd.calls.stage import Answer, Billing
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import ImageEngine
 from inferd.errors import InvalidRequest
+from inferd.protocol.checks import check_model, is_int
 from inferd.protocol.images import MAX_IMAGES, MAX_SIDE, MAX_STEPS_IN_PROCESS, ImageGenerationRequest
 
 router = APIRouter(tags=["images"])

@@ -22,11 +22,11 @@ from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.calls.stage import CallStage
 from inferd.catalogue import Deployment, Model, ModelCatalogue
+from inferd.dialects.messages_mapping import error_envelope, from_chat, thinking_on, to_chat, usage_of
+from inferd.dialects.messages_stream import MessageStream
 from inferd.engines.base import ChatEngine, TokenCount
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
-from inferd.dialects.messages_mapping import error_envelope, from_chat, thinking_on, to_chat, usage_of
-from inferd.dialects.messages_stream import MessageStream
 from inferd.services.chat import ChatCall, ChatService
 
 log = logging.getLogger("inferd.api.messages")

@@ -9,7 +9,6 @@ from typing import Any
 import orjson
 
 from inferd.api.asgi import JSON_HEADERS, Receive, Scope, Send, send_bytes
-from inferd.api.checks import check_model
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
@@ -18,6 +17,7 @@ from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import RerankEngine
 from inferd.errors import EngineError, InvalidRequest
 from inferd.limits.base import Limits
+from inferd.protocol.checks import check_model
 
 
 MAX_DOCUMENTS = 1000  # per request: one call is a bounded amount of work

@@ -24,11 +24,11 @@ from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.catalogue import ModelCatalogue
+from inferd.dialects.responses_mapping import Translated, continue_from, from_chat, reasoning_tokens, to_chat, usage_of
+from inferd.dialects.responses_stream import ResponseStream
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
 from inferd.protocol.responses import DeletedResponse, ResponseObject
-from inferd.dialects.responses_mapping import Translated, continue_from, from_chat, reasoning_tokens, to_chat, usage_of
-from inferd.dialects.responses_stream import ResponseStream
 from inferd.services.chat import ChatCall, ChatService
 from inferd.services.responses import History, ResponsesService
 

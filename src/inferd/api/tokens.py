@@ -7,7 +7,6 @@ from typing import Any
 import orjson
 
 from inferd.api.asgi import JSON_HEADERS, Receive, Scope, Send, send_bytes
-from inferd.api.checks import check_count_tokens
 from inferd.api.hot import JsonRoute, affinity_of
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
@@ -15,6 +14,7 @@ from inferd.calls.stage import CallStage
 from inferd.catalogue import CHAT_TYPES, Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, TokenCount
 from inferd.limits.base import Limits
+from inferd.protocol.chat import check_count_tokens
 from inferd.services.chat import apply_thinking
 
 

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.api.checks import REASONING_EFFORTS, check_metadata, check_model
 from inferd.dialects.responses_items import chat_messages, input_items, invalid, required_string
+from inferd.protocol.chat import REASONING_EFFORTS
+from inferd.protocol.checks import check_metadata, check_model
 
 TOOL_CHOICES = ("auto", "none", "required")
 # Chat's finish reasons that end a reply early: the response is `incomplete`, and why.

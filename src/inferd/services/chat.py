@@ -12,13 +12,13 @@ from typing import Any, AsyncIterator
 
 import orjson
 
-from inferd.api.checks import check_images, check_reasoning_effort
 from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
 from inferd.calls.stage import Answer, Billing, CallStage, Metered, StreamLease
 from inferd.catalogue import CHAT_TYPES, Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, estimate_tokens, prompt_upper_bound
 from inferd.errors import InferdError, InvalidRequest
+from inferd.protocol.chat import check_images, check_reasoning_effort
 
 CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
 DONE_FRAME = b"data: [DONE]\n\n"  # a stream's last SSE frame

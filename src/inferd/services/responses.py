@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.auth.key_record import KeyRecord
-from inferd.errors import NotFound
 from inferd.dialects.responses_items import output_as_input
 from inferd.dialects.responses_mapping import Translated
+from inferd.errors import NotFound
 from inferd.services.purge import EphemeralPurge
 from inferd.store.responses import CHAIN_LIMIT, RETENTION_SECONDS, ResponseRepository, StoredResponse
 

@@ -22,7 +22,6 @@ from typing import Any, Callable
 
 import orjson
 
-from inferd.api.checks import check_chat, check_metadata
 from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
 from inferd.calls.stage import Metered
@@ -31,6 +30,8 @@ from inferd.config import BatchConfig
 from inferd.errors import AuthenticationFailed, BudgetExceeded, InferdError, InvalidRequest, RelayedError
 from inferd.limits.base import Limits, budget_message
 from inferd.metering.usage import Usage
+from inferd.protocol.chat import check_chat
+from inferd.protocol.checks import check_metadata
 from inferd.services.batches import error_line, new_request_id
 from inferd.services.chat import ChatCall, ChatService
 from inferd.store.batches import LineResult
