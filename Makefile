@@ -58,15 +58,16 @@ serve: $(SERVE_STAMP)
 # Redis. One suite keeps about 0.8 of a core busy (the rest is waiting on servers, workers and
 # sleeps), so the two together take little longer than one. They share nothing: each run has its
 # own databases, data dirs, Redis key prefix and ports. -O prints each suite's report whole, when
-# it ends; make fails if either fails.
+# it ends, with its 25 slowest tests (the suite must stay well inside CI's time); make fails if
+# either fails.
 test: install
 	$(MAKE) -j2 -O test-sqlite test-postgres
 
 test-sqlite: install
-	env -u INFERD_DATABASE_URL -u INFERD_REDIS_URL $(PY) -m pytest
+	env -u INFERD_DATABASE_URL -u INFERD_REDIS_URL $(PY) -m pytest --durations=25
 
 test-postgres: install
-	INFERD_DATABASE_URL=$(PG_URL) INFERD_REDIS_URL=$(REDIS_URL) $(PY) -m pytest
+	INFERD_DATABASE_URL=$(PG_URL) INFERD_REDIS_URL=$(REDIS_URL) $(PY) -m pytest --durations=25
 
 bench: install
 	$(PY) bench/overhead.py
