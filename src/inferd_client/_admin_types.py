@@ -4,13 +4,11 @@ deployments, audit."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any
 
-from inferd_client._base import APIObject
+from inferd_client._base import APIObject, ListObject
 
 
-@dataclass(kw_only=True)
 class AdminKey(APIObject):
     """A long-lived key of the org as its admin sees it (never its secret)."""
 
@@ -34,7 +32,6 @@ class AdminKey(APIObject):
     resets_at: str | None = None  # YYYY-MM-DD (UTC), the first day of the next period
 
 
-@dataclass(kw_only=True)
 class CreatedKey(AdminKey):
     """`POST /v1/admin/keys` and `POST /v1/admin/keys/{id}/rotate`: the key with its (new) secret,
     shown this once."""
@@ -43,16 +40,10 @@ class CreatedKey(AdminKey):
     full_key: str = ""  # ACCESS_KEY_ID:SECRET, the bearer token
 
 
-@dataclass(kw_only=True)
-class AdminKeyList(APIObject):
+class AdminKeyList(ListObject[AdminKey]):
     """`GET /v1/admin/keys`."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": AdminKey}
-    object: str = "list"
-    data: list[AdminKey] = dataclasses.field(default_factory=list)
 
-
-@dataclass(kw_only=True)
 class Team(APIObject):
     """A team of the org: its limits (None where unset) and its spend in the budget's period."""
 
@@ -68,16 +59,10 @@ class Team(APIObject):
     resets_at: str | None = None  # YYYY-MM-DD (UTC), the first day of the next period
 
 
-@dataclass(kw_only=True)
-class TeamList(APIObject):
+class TeamList(ListObject[Team]):
     """`GET /v1/admin/teams`, by name."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": Team}
-    object: str = "list"
-    data: list[Team] = dataclasses.field(default_factory=list)
 
-
-@dataclass(kw_only=True)
 class TeamDeleted(APIObject):
     """`DELETE /v1/admin/teams/{name}`."""
 
@@ -85,7 +70,6 @@ class TeamDeleted(APIObject):
     deleted: bool = True
 
 
-@dataclass(kw_only=True)
 class OrgSettings(APIObject):
     """`GET`/`PATCH /v1/admin/org`; `models` is a list of ids and aliases, or `"*"` for every model."""
 
@@ -95,7 +79,6 @@ class OrgSettings(APIObject):
     web_search: bool = False
 
 
-@dataclass(kw_only=True)
 class DeploymentHealth(APIObject):
     """One deployment as the answering server sees it."""
 
@@ -108,16 +91,10 @@ class DeploymentHealth(APIObject):
     cooldown_until: str | None = None
 
 
-@dataclass(kw_only=True)
-class DeploymentList(APIObject):
+class DeploymentList(ListObject[DeploymentHealth]):
     """`GET /v1/admin/deployments`."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": DeploymentHealth}
-    object: str = "list"
-    data: list[DeploymentHealth] = dataclasses.field(default_factory=list)
 
-
-@dataclass(kw_only=True)
 class AuditEntry(APIObject):
     """One administrative change: `actor` is an admin key's access key id or `cli`."""
 
@@ -129,11 +106,7 @@ class AuditEntry(APIObject):
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
-class AuditPage(APIObject):
+class AuditPage(ListObject[AuditEntry]):
     """One page of `GET /v1/admin/audit`, newest first."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": AuditEntry}
-    object: str = "list"
-    data: list[AuditEntry] = dataclasses.field(default_factory=list)
     has_more: bool = False

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, TypeVar
+from typing import Any, Mapping, TypeVar
 
 from inferd_client._base import APIObject
 
@@ -17,7 +16,6 @@ def unwrap(body: Mapping[str, Any], key: str, cls: type[T]) -> T:
     return cls.from_dict(inner if isinstance(inner, Mapping) else body)
 
 
-@dataclass(kw_only=True)
 class ConversationMessage(APIObject):
     """One stored message row (user, assistant or tool)."""
 
@@ -42,7 +40,6 @@ class ConversationMessage(APIObject):
     metadata: dict[str, Any] | None = None
 
 
-@dataclass(kw_only=True)
 class Participant(APIObject):
     """A user a conversation is shared with, and their role."""
 
@@ -54,7 +51,6 @@ class Participant(APIObject):
     joined_at: str | None = None
 
 
-@dataclass(kw_only=True)
 class Source(APIObject):
     """A source row (also the shape embedded in a conversation detail, with fewer fields)."""
 
@@ -75,11 +71,9 @@ class Source(APIObject):
     source_origin: str | None = None
 
 
-@dataclass(kw_only=True)
-class ConversationListItem(APIObject):
-    """A conversation as listed; `messages` holds the latest message when the server embeds it."""
+class _ConversationFields(APIObject):
+    """The conversation row itself, as listed and in its detail."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"messages": ConversationMessage}
     id: int = 0
     user_id: int = 0
     title: str | None = None
@@ -88,17 +82,20 @@ class ConversationListItem(APIObject):
     archived_at: str | None = None
     last_message_at: str | None = None
     created_at: str | None = None
+
+
+class ConversationListItem(_ConversationFields):
+    """A conversation as listed; `messages` holds the latest message when the server embeds it."""
+
     is_ephemeral: bool = False
     source_count: int = 0
     type: str | None = None
     messages: list[ConversationMessage] = dataclasses.field(default_factory=list)
 
 
-@dataclass(kw_only=True)
 class ConversationList(APIObject):
     """`GET /v1/conversations`: `{success, body, total: {types}}`."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"body": ConversationListItem}
     success: bool = True
     body: list[ConversationListItem] = dataclasses.field(default_factory=list)
     total: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -109,36 +106,22 @@ class ConversationList(APIObject):
         return list(self.total.get("types") or [])
 
 
-@dataclass(kw_only=True)
-class Conversation(APIObject):
+class Conversation(_ConversationFields):
     """A conversation's detail: the visible thread of its active branch, sources, participants."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {
-        "sources": Source, "participants": Participant, "messages": ConversationMessage}
-    id: int = 0
-    user_id: int = 0
-    title: str | None = None
-    project_id: int | None = None
-    cloud_agent_task_id: int | None = None
-    archived_at: str | None = None
-    last_message_at: str | None = None
-    created_at: str | None = None
     sources: list[Source] = dataclasses.field(default_factory=list)
     participants: list[Participant] = dataclasses.field(default_factory=list)
     messages: list[ConversationMessage] = dataclasses.field(default_factory=list)
 
 
-@dataclass(kw_only=True)
 class SourceList(APIObject):
     """`GET /v1/conversations/{id}/sources` and `GET /v1/sources`: `{success, body, total}`."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"body": Source}
     success: bool = True
     body: list[Source] = dataclasses.field(default_factory=list)
     total: Any = None
 
 
-@dataclass(kw_only=True)
 class DeleteResult(APIObject):
     """`POST /v1/conversations/delete` (partial delete)."""
 
@@ -157,11 +140,9 @@ class DeleteResult(APIObject):
         return list(self.total.get("skipped_ids") or [])
 
 
-@dataclass(kw_only=True)
 class VectorizeResult(APIObject):
     """`POST /v1/conversations/{id}/files/vectorize`: `created` is True on 201, False on a 200 duplicate."""
 
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"source": Source}
     success: bool = True
     source: Source | None = None
     total: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -181,7 +162,6 @@ class VectorizeResult(APIObject):
         return None
 
 
-@dataclass(kw_only=True)
 class GenerateStart(APIObject):
     """The first frame of a generate stream: the conversation and its current title."""
 
@@ -189,14 +169,12 @@ class GenerateStart(APIObject):
     title: str | None = None
 
 
-@dataclass(kw_only=True)
 class GenerateChunk(APIObject):
     """A piece of the reply's text."""
 
     chunk: str = ""
 
 
-@dataclass(kw_only=True)
 class GenerateEvent(APIObject):
     """Any other frame (agentic events: sources attached, tools, web search); read it from `raw`."""
 

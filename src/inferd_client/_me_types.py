@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import ClassVar, Mapping
 
 from inferd_client._base import APIObject
 
 
-@dataclass(kw_only=True)
 class WindowState(APIObject):
     """One rate window the key counts in (`scope` `key` or `team`), and what is left of it now.
 
@@ -25,7 +22,6 @@ class WindowState(APIObject):
     remaining_tokens: int | None = None
 
 
-@dataclass(kw_only=True)
 class BudgetState(APIObject):
     """One budget the key's metered calls fall under (`scope` `key`, `team` or `org`) and its spend
     in the period under way; `period_start` and `resets_at` are RFC 3339 instants, None for `total`."""
@@ -38,12 +34,10 @@ class BudgetState(APIObject):
     resets_at: str | None = None
 
 
-@dataclass(kw_only=True)
 class Me(APIObject):
     """`GET /v1/me`: the key's id, type, org and team, the models it may use, its expiry, and
     every window and budget it falls under."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"limits": WindowState, "budgets": BudgetState}
     access_key_id: str = ""
     type: str = ""
     org: str = ""

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
-from inferd_client._base import APIObject
+from inferd_client._base import APIObject, ListObject
 
 LIVE_BATCH_STATUSES = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
 TERMINAL_BATCH_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
 
+Choice = TypeVar("Choice", bound=APIObject)
+
 
 # --- chat ----------------------------------------------------------------------------------
 
-@dataclass(kw_only=True)
 class Usage(APIObject):
     """Token counts of one call."""
 
@@ -24,48 +24,8 @@ class Usage(APIObject):
     total_tokens: int = 0
 
 
-@dataclass(kw_only=True)
-class ChatMessage(APIObject):
-    """An assistant message of a completion (`reasoning_content` from some engines stays in `raw`)."""
-
-    role: str = "assistant"
-    content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-
-
-@dataclass(kw_only=True)
-class ChatChoice(APIObject):
-    """One choice of a completion."""
-
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"message": ChatMessage}
-    index: int = 0
-    message: ChatMessage = dataclasses.field(default_factory=ChatMessage)
-    finish_reason: str | None = None
-
-
-@dataclass(kw_only=True)
-class ChatCompletion(APIObject):
-    """A blocking chat completion."""
-
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"usage": Usage}
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"choices": ChatChoice}
-    id: str = ""
-    object: str = ""
-    created: int = 0
-    model: str = ""
-    choices: list[ChatChoice] = dataclasses.field(default_factory=list)
-    usage: Usage | None = None
-
-    @property
-    def text(self) -> str:
-        """The first choice's content ('' when none)."""
-        return (self.choices[0].message.content or "") if self.choices else ""
-
-
-@dataclass(kw_only=True)
-class ChunkDelta(APIObject):
-    """The increment a streamed chunk carries."""
+class _MessageFields(APIObject):
+    """What an assistant message and a streamed increment of one both carry."""
 
     role: str | None = None
     content: str | None = None
@@ -73,36 +33,61 @@ class ChunkDelta(APIObject):
     tool_calls: list[dict[str, Any]] | None = None
 
 
-@dataclass(kw_only=True)
+class ChatMessage(_MessageFields):
+    """An assistant message of a completion (`reasoning_content` from some engines stays in `raw`)."""
+
+    role: str = "assistant"
+
+
+class ChatChoice(APIObject):
+    """One choice of a completion."""
+
+    index: int = 0
+    message: ChatMessage = dataclasses.field(default_factory=ChatMessage)
+    finish_reason: str | None = None
+
+
+class _CompletionFields(APIObject, Generic[Choice]):
+    """What a blocking completion and each chunk of a streamed one both carry."""
+
+    id: str = ""
+    object: str = ""
+    created: int = 0
+    model: str = ""
+    choices: list[Choice] = dataclasses.field(default_factory=list)
+    usage: Usage | None = None
+
+    # the field of a choice that holds the text: the whole `message`, or a chunk's `delta`
+    _text_part: ClassVar[str] = "message"
+
+    @property
+    def text(self) -> str:
+        """The first choice's content ('' when none); a chunk's is its increment."""
+        return (getattr(self.choices[0], self._text_part).content or "") if self.choices else ""
+
+
+class ChatCompletion(_CompletionFields[ChatChoice]):
+    """A blocking chat completion."""
+
+
+class ChunkDelta(_MessageFields):
+    """The increment a streamed chunk carries."""
+
+
 class ChunkChoice(APIObject):
     """One choice of a streamed chunk."""
 
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"delta": ChunkDelta}
     index: int = 0
     delta: ChunkDelta = dataclasses.field(default_factory=ChunkDelta)
     finish_reason: str | None = None
 
 
-@dataclass(kw_only=True)
-class ChatCompletionChunk(APIObject):
+class ChatCompletionChunk(_CompletionFields[ChunkChoice]):
     """One SSE chunk of a streamed completion; the last one before `[DONE]` carries `usage`."""
 
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"usage": Usage}
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"choices": ChunkChoice}
-    id: str = ""
-    object: str = ""
-    created: int = 0
-    model: str = ""
-    choices: list[ChunkChoice] = dataclasses.field(default_factory=list)
-    usage: Usage | None = None
-
-    @property
-    def text(self) -> str:
-        """The first choice's content increment ('' when none)."""
-        return (self.choices[0].delta.content or "") if self.choices else ""
+    _text_part: ClassVar[str] = "delta"
 
 
-@dataclass(kw_only=True)
 class TokenCount(APIObject):
     """`POST /v1/chat/count_tokens`."""
 
@@ -112,7 +97,6 @@ class TokenCount(APIObject):
 
 # --- embeddings, rerank, models --------------------------------------------------------------
 
-@dataclass(kw_only=True)
 class Embedding(APIObject):
     """One vector: a float list, or a base64 float32 string under `encoding_format="base64"`."""
 
@@ -121,19 +105,13 @@ class Embedding(APIObject):
     embedding: list[float] | str = dataclasses.field(default_factory=list)
 
 
-@dataclass(kw_only=True)
-class EmbeddingList(APIObject):
+class EmbeddingList(ListObject[Embedding]):
     """`POST /v1/embeddings`."""
 
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"usage": Usage}
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": Embedding}
-    object: str = "list"
-    data: list[Embedding] = dataclasses.field(default_factory=list)
     model: str = ""
     usage: Usage | None = None
 
 
-@dataclass(kw_only=True)
 class RerankResult(APIObject):
     """One scored document; `index` is its position in the request."""
 
@@ -142,19 +120,15 @@ class RerankResult(APIObject):
     document: dict[str, Any] | None = None
 
 
-@dataclass(kw_only=True)
 class RerankResponse(APIObject):
     """`POST /v1/rerank`: results by relevance, highest first."""
 
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"usage": Usage}
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"results": RerankResult}
     id: str = ""
     model: str = ""
     results: list[RerankResult] = dataclasses.field(default_factory=list)
     usage: Usage | None = None
 
 
-@dataclass(kw_only=True)
 class Model(APIObject):
     """A catalogue entry; optional fields are None when the server omitted them."""
 
@@ -174,18 +148,12 @@ class Model(APIObject):
     use_when: str | None = None
 
 
-@dataclass(kw_only=True)
-class ModelList(APIObject):
+class ModelList(ListObject[Model]):
     """`GET /v1/models`."""
-
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": Model}
-    object: str = "list"
-    data: list[Model] = dataclasses.field(default_factory=list)
 
 
 # --- audio and images ------------------------------------------------------------------------
 
-@dataclass(kw_only=True)
 class Transcription(APIObject):
     """`json` or `verbose_json` transcription (`text`, `srt`, `vtt` come back as plain strings)."""
 
@@ -195,7 +163,6 @@ class Transcription(APIObject):
     segments: list[dict[str, Any]] | None = None
 
 
-@dataclass(kw_only=True)
 class VoiceList(APIObject):
     """`GET /v1/voices`, either documented shape; `ids` lists the voice ids of both."""
 
@@ -212,7 +179,6 @@ class VoiceList(APIObject):
         return cls(raw=dict(body) if isinstance(body, dict) else {}, ids=ids, data=items)
 
 
-@dataclass(kw_only=True)
 class ImageData(APIObject):
     """One generated image."""
 
@@ -223,18 +189,15 @@ class ImageData(APIObject):
         return base64.b64decode(self.b64_json)
 
 
-@dataclass(kw_only=True)
 class ImagesResponse(APIObject):
     """`POST /v1/images/generations`."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": ImageData}
     created: int = 0
     data: list[ImageData] = dataclasses.field(default_factory=list)
 
 
 # --- usage and key exchange ------------------------------------------------------------------
 
-@dataclass(kw_only=True)
 class Pagination(APIObject):
     """Paging of the usage routes (`from` is `from_` in Python)."""
 
@@ -246,7 +209,6 @@ class Pagination(APIObject):
     to: str | None = None
 
 
-@dataclass(kw_only=True)
 class UsageRow(APIObject):
     """One metered call."""
 
@@ -269,18 +231,14 @@ class UsageRow(APIObject):
     metadata: dict[str, str] | None = None
 
 
-@dataclass(kw_only=True)
 class UsagePage(APIObject):
     """`GET /v1/usage`."""
 
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"pagination": Pagination}
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": UsageRow}
     success: bool = True
     data: list[UsageRow] = dataclasses.field(default_factory=list)
     pagination: Pagination = dataclasses.field(default_factory=Pagination)
 
 
-@dataclass(kw_only=True)
 class UsageSummaryRow(APIObject):
     """One group of `GET /v1/usage/summary`; `group_value` None is the untagged bucket."""
 
@@ -293,19 +251,15 @@ class UsageSummaryRow(APIObject):
     cost_usd: float = 0.0
 
 
-@dataclass(kw_only=True)
 class UsageSummary(APIObject):
     """`GET /v1/usage/summary`."""
 
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"pagination": Pagination}
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": UsageSummaryRow}
     success: bool = True
     group_by: str = ""
     data: list[UsageSummaryRow] = dataclasses.field(default_factory=list)
     pagination: Pagination = dataclasses.field(default_factory=Pagination)
 
 
-@dataclass(kw_only=True)
 class ExchangeResult(APIObject):
     """`POST /v1/auth/exchange`, either shape, flattened: `bearer` is the token to send.
 
@@ -340,7 +294,6 @@ class ExchangeResult(APIObject):
 
 # --- files and batches -----------------------------------------------------------------------
 
-@dataclass(kw_only=True)
 class FileObject(APIObject):
     """An uploaded or produced file."""
 
@@ -353,7 +306,6 @@ class FileObject(APIObject):
     created_at: int = 0
 
 
-@dataclass(kw_only=True)
 class FileDeleted(APIObject):
     """`DELETE /v1/files/{id}`."""
 
@@ -362,7 +314,6 @@ class FileDeleted(APIObject):
     deleted: bool = False
 
 
-@dataclass(kw_only=True)
 class RequestCounts(APIObject):
     """Requests of a batch; cancelled and expired ones count in `total` only."""
 
@@ -371,11 +322,9 @@ class RequestCounts(APIObject):
     failed: int = 0
 
 
-@dataclass(kw_only=True)
 class Batch(APIObject):
     """A batch of chat-completion requests."""
 
-    _nested: ClassVar[Mapping[str, type[APIObject]]] = {"request_counts": RequestCounts}
     id: str = ""
     object: str = "batch"
     endpoint: str = "/v1/chat/completions"
@@ -396,13 +345,9 @@ class Batch(APIObject):
         return self.status in LIVE_BATCH_STATUSES
 
 
-@dataclass(kw_only=True)
-class BatchPage(APIObject):
+class BatchPage(ListObject[Batch]):
     """One page of `GET /v1/batches` (`{object, data, first_id, last_id, has_more}`)."""
 
-    _nested_lists: ClassVar[Mapping[str, type[APIObject]]] = {"data": Batch}
-    object: str = "list"
-    data: list[Batch] = dataclasses.field(default_factory=list)
     first_id: str | None = None
     last_id: str | None = None
     has_more: bool = False
