@@ -1,66 +1,73 @@
-"""Writes the eval's upload files from their readable sources, and checks the question set.
+"""Writes the eval's upload files from their readable sources, and checks a question set.
 
-    .venv/bin/python bench/rag_eval/build.py          # write files/, then check
-    .venv/bin/python bench/rag_eval/build.py --check  # check only (the committed files)
+    .venv/bin/python bench/rag_eval/build.py                  # the first set: write files/, then check
+    .venv/bin/python bench/rag_eval/build.py --check          # check only (the committed files)
+    .venv/bin/python bench/rag_eval/build.py --set heldout    # the held-out set (heldout/), the same way
 
-Each document's source is `docs/<name>.md` in a small Markdown subset (#, ##, ### headings,
-paragraphs, "- " bullets, pipe tables); FORMATS says which format each is uploaded as. The files
-are written by the libraries a real author would use (python-docx, fpdf2) with fixed dates, so a
-rebuild gives the same bytes. The check reads every built file back through the server's own
-extractor: it fails when a question's accepted answers are missing from its document's source,
-or a document is outside 800 to 3,000 words, and notes answers that the extractor loses.
+A set is a folder with docs/, files/ and questions.json: the first set is this folder, the
+held-out set heldout/ (never tuned on: see README.md). Each document's source is
+`docs/<name>.md` in a small Markdown subset (blocks.py: #, ##, ### headings, paragraphs, "- "
+bullets, pipe tables), or `docs/<name>.<format>` when the source is already in its upload format
+(a Markdown file, an exported mail thread), which is copied as is; a set's formats say which
+format each document is uploaded as. The files are written by the libraries a real author would
+use (python-docx, fpdf2, odfpy, python-pptx; the .xlsx by office_writers.py) with fixed dates, so
+a rebuild gives the same bytes. The check reads every built file back through the server's own
+extractor: it fails when a question's first accepted answer is missing from its document's
+source, a document lacks one of the five kinds, or a document is outside 800 to 3,000 words, and
+notes answers that the extractor loses (a file it refuses loses them all).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import html
 import io
 import json
 import sys
 import textwrap
-import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from grading import mentions_any
+from blocks import FIXED_DATE, Block, parse
+from grading import mentions, mentions_any
+from office_writers import fixed_zip_dates, to_odt, to_pptx, to_xlsx
 
 HERE = Path(__file__).resolve().parent
-DOCS, FILES, QUESTIONS = HERE / "docs", HERE / "files", HERE / "questions.json"
 FORMATS = {"travel_policy": "docx", "release_notes": "pdf", "employee_handbook": "html",
            "product_datasheet": "html", "club_rules": "md", "bus_timetable": "txt", "recipes": "txt",
            "lab_safety": "docx"}
-FIXED_DATE = datetime.datetime(2026, 1, 5, 9, 0, tzinfo=datetime.timezone.utc)
+HELDOUT_FORMATS = {"services_contract": "docx", "lab_protocol": "pdf", "meeting_minutes": "md", "support_faq": "html",
+                   "product_manual": "odt", "price_list": "xlsx", "slide_deck": "pptx", "email_thread": "txt"}
 MIN_WORDS, MAX_WORDS = 800, 3000
+KINDS = {"lookup", "buried", "number", "chained", "table"}
 
 
-@dataclass
-class Block:
-    """One block of a source: kind is h1, h2, h3, p, ul or table."""
+@dataclass(frozen=True)
+class EvalSet:
+    """A question set: its folder (docs/, files/, questions.json) and each document's upload format."""
 
-    kind: str
-    text: str = ""
-    items: list[str] = field(default_factory=list)  # bullets
-    rows: list[list[str]] = field(default_factory=list)  # table rows, the header first
+    root: Path
+    formats: dict[str, str]
+
+    @property
+    def docs(self) -> Path:
+        return self.root / "docs"
+
+    @property
+    def files(self) -> Path:
+        return self.root / "files"
+
+    @property
+    def questions(self) -> Path:
+        return self.root / "questions.json"
+
+    def source(self, name: str) -> Path:
+        """The readable source: already in the upload format when such a file exists, else Markdown."""
+        verbatim = self.docs / f"{name}.{self.formats[name]}"
+        return verbatim if verbatim.exists() else self.docs / f"{name}.md"
 
 
-def parse(source: str) -> list[Block]:
-    """The blocks of a source in the Markdown subset (one blank line between blocks)."""
-    blocks = []
-    for chunk in source.strip().split("\n\n"):
-        lines = chunk.strip().splitlines()
-        if lines[0].startswith("#"):
-            marks, _, text = lines[0].partition(" ")
-            blocks.append(Block(f"h{len(marks)}", text))
-        elif lines[0].startswith("|"):
-            rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines]
-            blocks.append(Block("table", rows=[rows[0], *rows[2:]]))  # rows[1] is the |---| rule
-        elif lines[0].startswith("- "):
-            blocks.append(Block("ul", items=[line[2:] for line in lines]))
-        else:
-            blocks.append(Block("p", " ".join(lines)))
-    return blocks
+SETS = {"first": EvalSet(HERE, FORMATS), "heldout": EvalSet(HERE / "heldout", HELDOUT_FORMATS)}
 
 
 def to_docx(blocks: list[Block]) -> bytes:
@@ -87,18 +94,7 @@ def to_docx(blocks: list[Block]) -> bytes:
     properties.author, properties.created, properties.modified = "Documentation team", FIXED_DATE, FIXED_DATE
     out = io.BytesIO()
     document.save(out)
-    return _fixed_zip_dates(out.getvalue())
-
-
-def _fixed_zip_dates(data: bytes) -> bytes:
-    """The same zip with every member dated FIXED_DATE (python-docx stamps the time of writing)."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
-        for info in source.infolist():
-            member = zipfile.ZipInfo(info.filename, FIXED_DATE.timetuple()[:6])
-            member.compress_type = zipfile.ZIP_DEFLATED
-            target.writestr(member, source.read(info))
-    return out.getvalue()
+    return fixed_zip_dates(out.getvalue())
 
 
 def to_pdf(blocks: list[Block]) -> bytes:
@@ -170,51 +166,60 @@ def to_txt(blocks: list[Block]) -> bytes:
     return ("\n\n".join(parts) + "\n").encode()
 
 
-def render(name: str) -> tuple[str, bytes]:
+def render(eval_set: EvalSet, name: str) -> tuple[str, bytes]:
     """(file name, bytes) of the document `name` in its upload format."""
-    source = (DOCS / f"{name}.md").read_text()
-    extension = FORMATS[name]
-    if extension == "md":
-        return f"{name}.md", source.encode()  # the source is already what a Markdown author writes
-    writer = {"docx": to_docx, "pdf": to_pdf, "html": to_html, "txt": to_txt}[extension]
-    return f"{name}.{extension}", writer(parse(source))
+    extension, source = eval_set.formats[name], eval_set.source(name)
+    if source.suffix == f".{extension}":
+        return source.name, source.read_bytes()  # the source is already what its author writes
+    writer = {"docx": to_docx, "pdf": to_pdf, "html": to_html, "txt": to_txt, "odt": to_odt, "pptx": to_pptx,
+              "xlsx": to_xlsx}[extension]
+    return f"{name}.{extension}", writer(parse(source.read_text()))
 
 
 def extracted_text(path: Path) -> str:
-    """What the server will index: its own extractor on the built file."""
+    """What the server will index: its own extractor on the built file (raises its 400 error when
+    it refuses the file)."""
     sys.path.insert(0, str(HERE.parent.parent / "src"))
     from inferd.services.ingest.extract import extract_text
 
     return extract_text(path, path.name).text
 
 
-def check() -> tuple[list[str], list[str]]:
+def check(eval_set: EvalSet) -> tuple[list[str], list[str]]:
     """(problems with the set, notes on what the server's extractor loses). A problem is a question
-    its document does not answer, a missing kind, or a document of the wrong length; a note is an
-    accepted answer present in the source but not in the text the server extracts from the built
-    file (for example table cells run together): a finding about the server, not about the set."""
+    whose first accepted answer (the document's own spelling; the others are spellings a reply may
+    use) is not in its document's source, a missing kind, or a document of the wrong length; a note
+    is an accepted answer present in the source but not in the text the server extracts from the
+    built file (table cells run together, a format it refuses): a finding about the server, not
+    about the set."""
+    from inferd.errors import InvalidRequest
+
     problems, notes, sources, extracted = [], [], {}, {}
-    for name, extension in FORMATS.items():
+    for name, extension in eval_set.formats.items():
         file_name = f"{name}.{extension}"
-        sources[file_name] = (DOCS / f"{name}.md").read_text()
-        extracted[file_name] = extracted_text(FILES / file_name)
+        sources[file_name] = eval_set.source(name).read_text()
+        try:
+            extracted[file_name] = extracted_text(eval_set.files / file_name)
+        except InvalidRequest as exc:
+            extracted[file_name] = ""
+            notes.append(f"{file_name}: the server's extractor refuses it ({exc})")
         words = len(sources[file_name].split())
         if not MIN_WORDS <= words <= MAX_WORDS:
             problems.append(f"{file_name}: {words} words, outside {MIN_WORDS} to {MAX_WORDS}")
-    questions = json.loads(QUESTIONS.read_text())
-    kinds: dict[str, set[str]] = {}
+    questions = json.loads(eval_set.questions.read_text())
+    kinds: dict[str, set[str]] = {document: set() for document in sources}
     for question in questions:
         document = question["document"]
         if document not in sources:
             problems.append(f"{question['id']}: no document {document}")
             continue
-        kinds.setdefault(document, set()).add(question["kind"])
-        if not mentions_any(sources[document], question["answers"]):
-            problems.append(f"{question['id']}: no accepted answer in the source of {document}")
+        kinds[document].add(question["kind"])
+        if not mentions(sources[document], question["answers"][0]):
+            problems.append(f"{question['id']}: its first accepted answer is not in the source of {document}")
         elif not mentions_any(extracted[document], question["answers"]):
             notes.append(f"{question['id']}: the answer is lost when the server extracts {document}")
     for document, seen in kinds.items():
-        if seen != {"lookup", "buried", "number", "chained", "table"}:
+        if seen != KINDS:
             problems.append(f"{document}: question kinds {sorted(seen)}")
     if len({q["id"] for q in questions}) != len(questions):
         problems.append("duplicate question ids")
@@ -225,19 +230,21 @@ def main() -> None:
     """Build (unless --check), then check; exit 1 on any problem."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only check the files already built")
+    parser.add_argument("--set", choices=sorted(SETS), default="first", help="which question set (default: first)")
     args = parser.parse_args()
+    eval_set = SETS[args.set]
     if not args.check:
-        FILES.mkdir(exist_ok=True)
-        for name in FORMATS:
-            file_name, data = render(name)
-            (FILES / file_name).write_bytes(data)
-            print(f"{file_name}: {len(data):,} bytes, {len((DOCS / f'{name}.md').read_text().split()):,} words")
-    problems, notes = check()
+        eval_set.files.mkdir(exist_ok=True)
+        for name in eval_set.formats:
+            file_name, data = render(eval_set, name)
+            (eval_set.files / file_name).write_bytes(data)
+            print(f"{file_name}: {len(data):,} bytes, {len(eval_set.source(name).read_text().split()):,} words")
+    problems, notes = check(eval_set)
     for note in notes:
         print("note:", note)
     for problem in problems:
         print("problem:", problem)
-    print(f"{len(json.loads(QUESTIONS.read_text()))} questions, {len(FORMATS)} documents: "
+    print(f"{len(json.loads(eval_set.questions.read_text()))} questions, {len(eval_set.formats)} documents: "
           f"{'OK' if not problems else f'{len(problems)} problems'}")
     sys.exit(1 if problems else 0)
 
