@@ -16,6 +16,7 @@ from inferd.builtin import builtin_tables, default_aliases, settle_names, with_i
 from inferd.config_alerts import AlertsConfig, parse_alerts
 from inferd.config_models import Cost, ModelConfig
 from inferd.config_pools import POOL_KEYS, check_pool_values, check_pools, expand_deployments
+from inferd.config_web_search import WebSearchConfig, parse_web_search
 from inferd.errors import ConfigError
 
 MODEL_TYPES = ("chat", "vision-chat", "embeddings", "reranker", "ocr", "ocr-vision", "tts", "asr", "image-gen")
@@ -86,6 +87,7 @@ class Catalogue:
     limits: RequestLimits = field(default_factory=RequestLimits)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     alerts: AlertsConfig | None = None  # `[alerts]`: budget alerts by webhook; None: none sent
+    web_search: WebSearchConfig | None = None  # `[web_search]`: the provider of `webSearch=true`; None: ignored
     source: str = "built-in catalogue"
 
 
@@ -154,7 +156,8 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
-_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging", "alerts")
+_TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging", "alerts",
+              "web_search")
 
 
 class _Where:
@@ -405,5 +408,6 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         audio=_positive_numbers(where, "[audio]", raw.get("audio", {}), AudioConfig),
         observe=_parse_observe(where, raw.get("metrics", {}), raw.get("logging", {})),
         alerts=parse_alerts(where.fail, raw["alerts"]) if "alerts" in raw else None,
+        web_search=parse_web_search(where.fail, raw["web_search"]) if "web_search" in raw else None,
         source=str(path),
     )

@@ -33,6 +33,7 @@ from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService
 from inferd.services.responses import ResponsesService
 from inferd.services.generate import Generation
+from inferd.services.web_search import WebSearch
 from inferd.services.ingest.service import Ingestion, embedding_model
 from inferd.services.retrieval import Retriever
 from inferd.services.sources import attach_sources
@@ -84,6 +85,8 @@ class Services:
         await self.catalogue.close()
         await self.limits.close()
         await self.keys.close()
+        if self.generation.web is not None:
+            await self.generation.web.aclose()
         if self.hot is not None:
             self.hot.close()
         await self.db.dispose()
@@ -139,7 +142,8 @@ async def build_services(settings: Settings) -> Services:
                     key_lookup=key_lookup, auth=Authenticator(key_lookup), limits=limits, metrics=metrics,
                     writer=writer, catalogue=catalogue, stage=stage,
                     health=health, chat=chat, retriever=retriever,
-                    generation=Generation(catalogue, chat, conversations, retriever, config.conversations),
+                    generation=Generation(catalogue, chat, conversations, retriever, config.conversations,
+                                          WebSearch(config.web_search) if config.web_search else None),
                     ingestion=Ingestion(db, catalogue, stage, conversations, config.conversations),
                     exchange=build_exchange(Authenticator(key_lookup), keys, users, config.idp, settings.config_path),
                     conversations=conversations,

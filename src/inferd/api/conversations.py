@@ -154,16 +154,22 @@ _GENERATE_BODY = {"type": "object", "required": ["message_id"], "properties": {
                  media: {"schema": _GENERATE_BODY} for media in (
                      "application/json", "multipart/form-data", "application/x-www-form-urlencoded")}}})
 async def generate(request: Request, conversation_id: str, model: str = Query(min_length=1, max_length=256),
-                   thinking: str | None = None, web_search: str | None = Query(None, alias="webSearch"),
+                   thinking: str | None = None, web_search: str | None = Query(
+                       None, alias="webSearch", description="`true`: also search the web (for an org with web "
+                       "search on, when the server has a `[web_search]` provider; ignored otherwise)"),
                    key: KeyRecord = Depends(metered_user_key)) -> StreamingResponse:
     """Answer a saved user message: SSE `{conversation_id, title}`, `{chunk}` and agentic frames, `[DONE]`."""
     cid = parse_path_id(conversation_id)
     body = await _generate_body(request)
     if body.get("conversation_id", cid) != cid:
         raise InvalidRequest("conversation_id in the body differs from the path", param="conversation_id")
-    _flag("webSearch", web_search)  # validated; no web search provider is configured, so never used
+    search = _flag("webSearch", web_search)
     think = thinking is None or _flag("thinking", thinking)
     svc = services(request)
-    turn = await svc.generation.prepare(key, cid, body["message_id"], model, think)
+    if search and svc.generation.web is not None:  # honoured only for an org with web search on
+        org = await svc.orgs.get_by_slug(key.org_slug)
+        search = org is not None and org.web_search
+    turn = await svc.generation.prepare(key, cid, body["message_id"], model, think,
+                                        search and svc.generation.web is not None)
     return StreamingResponse(turn.frames(svc.conversations.running_turns), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

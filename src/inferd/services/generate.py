@@ -9,6 +9,12 @@ assistant row's metadata carry the citations. When retrieval finds nothing (or f
 with the `tools` capability may still call `search_sources` (until a search finds passages, or
 `max_tool_steps` steps; then it answers without tools).
 
+With `webSearch=true` (for an org with web search on, when `[web_search]` names a provider) the turn
+also searches the web with the question (services/web_search.py): the results are more numbered
+passages (after the documents'), stored as a `web_search` tool row, streamed as a `web_search`
+frame, and cited by URL; a model with tools may search again. A provider that fails gives an
+`error` tool row and the model answers without the web: the turn never fails for it.
+
 Every model step goes through the chat corridor (`ChatService`: catalogue, thinking rules,
 context fit, engine, one usage row in workspace `conversations`), exactly as an HTTP chat would.
 Each step is stored as it ends (assistant tool-call rows, tool rows, the final assistant row, all
@@ -39,6 +45,7 @@ from inferd.errors import InferdError, NotFound
 from inferd.services import bridging, grounding, retrieval
 from inferd.services.chat import DONE_FRAME
 from inferd.services.retrieval import Retriever
+from inferd.services.web_search import WEB_SEARCH_TOOL, WebSearch, WebSearchFailed, format_results
 from inferd.store.conversations import Access, NewMessage
 
 if TYPE_CHECKING:
@@ -58,6 +65,7 @@ SYSTEM_PROMPT = ("You are a helpful assistant. Documents the user attached to th
 TITLE_PROMPT = "Write a title of at most six words for a conversation that starts with the message below. " \
                "Answer with the title only."
 ANSWER_NUDGE = "Answer my question from the passages above."
+_NOTHING_FOUND = (retrieval.format_hits([]), format_results([]))  # a search tool's empty answers
 
 
 def sse(payload: dict[str, Any]) -> bytes:
@@ -120,8 +128,9 @@ class GenerateTurn:
 
     def __init__(self, generation: "Generation", key: KeyRecord, access: Access, question: dict[str, Any],
                  history: list[dict[str, Any]], resolved: Model, model: str, thinking: bool,
-                 has_sources: bool) -> None:
+                 has_sources: bool, web: WebSearch | None = None) -> None:
         self._gen = generation
+        self._web = web  # None: no web search in this turn
         self._key = key
         self._access = access
         self._question = question
@@ -176,7 +185,14 @@ class GenerateTurn:
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, *history_messages(self._history)]
         try:
             passages = await self._retrieve(messages, emit) if self._has_sources else []
-            if passages:
+            web_passages = await self._search_web(messages, emit, passages) if self._web is not None else []
+            if web_passages:
+                passages = [*passages, *web_passages]
+                messages[0] = {"role": "system", "content": grounding.WEB_GROUNDED_SYSTEM}
+                messages[-1] = {"role": "user", "content": grounding.grounded_question(
+                    self._question["message"], passages, "my documents and a web search" if self._has_sources
+                    else "a web search")}
+            elif passages:
                 messages[0] = {"role": "system", "content": grounding.GROUNDED_SYSTEM}
                 messages[-1] = {"role": "user", "content": grounding.grounded_question(self._question["message"],
                                                                                       passages)}
@@ -184,7 +200,7 @@ class GenerateTurn:
             found = bool(passages)
             searched = False  # found by the model's own search: it is told to answer now
             for step in range(self._max_steps + 1):
-                offer_tools = self._has_sources and step < self._max_steps and self._tools_capable() and not found
+                offer_tools = bool(self._tools()) and step < self._max_steps and self._tools_capable() and not found
                 # Small models (the built-in 0.5B) keep calling tools unless told to answer now; the
                 # nudge goes upstream only and is never stored.
                 step_messages = messages + [{"role": "user", "content": ANSWER_NUDGE}] if searched else messages
@@ -264,6 +280,47 @@ class GenerateTurn:
     def _tools_capable(self) -> bool:
         return "tools" in self._resolved.config.capabilities
 
+    def _tools(self) -> list[dict[str, Any]]:
+        """The tools this turn offers a model that has the `tools` capability."""
+        tools = [retrieval.SEARCH_SOURCES_TOOL] if self._has_sources else []
+        return [*tools, WEB_SEARCH_TOOL] if self._web is not None else tools
+
+    async def _search_web(self, messages: list[dict[str, Any]], emit: Callable[[bytes], Awaitable[None]],
+                          passages: list[grounding.Excerpt]) -> list[grounding.Excerpt]:
+        """Search the web with the question before the first model call; store the results as a tool
+        row of the turn and stream them. Returns the results that fit the model's window after the
+        documents' `passages` (none when the provider failed: the turn goes on without the web)."""
+        assert self._web is not None
+        question = str(self._question["message"])
+        call_id = f"web_search_{self._turn_id[:16]}"
+        try:
+            results = await self._web.search(question)
+        except WebSearchFailed as exc:
+            log.warning("web search failed in conversation %s: %s", self._conversation_id, exc)
+            row_id = await self._save(NewMessage(
+                role="tool", message=f"web_search failed: {exc}", user_id=self._user_id, tool_call_id=call_id,
+                tool_name="web_search", tool_status="error", turn_id=self._turn_id,
+                metadata={"web_search": {"query": question, "results": [], "error": str(exc)}}))
+            await emit(sse({"type": "web_search", "message_id": row_id, "tool_call_id": call_id,
+                            "tool_status": "error", "query": question, "results": [],
+                            "error": {"message": str(exc), "type": "server_error",
+                                      "code": "web_search_unavailable"}}))
+            return []
+        excerpts = [grounding.Excerpt(result, result.text, None) for result in results if result.text]
+        fitted = await grounding.fit_passages(
+            self._resolved, lambda payload: self._gen.chat.count_payload(self._resolved, self._key, payload),
+            messages, question, [*passages, *excerpts])
+        kept = fitted[len(passages):] if len(fitted) > len(passages) else []
+        shown = [result.shown() for result in results]
+        row_id = await self._save(NewMessage(
+            role="tool", message=format_results(results), user_id=self._user_id, tool_call_id=call_id,
+            tool_name="web_search", tool_status="ok", turn_id=self._turn_id,
+            metadata={"web_search": {"query": question, "results": shown,
+                                     "read": [excerpt.passage.url for excerpt in kept]}}))
+        await emit(sse({"type": "web_search", "message_id": row_id, "tool_call_id": call_id, "tool_status": "ok",
+                        "query": question, "results": shown}))
+        return kept
+
     async def _step(self, messages: list[dict[str, Any]], offer_tools: bool,
                     emit: Callable[[bytes], Awaitable[None]], grounded: bool = False) -> StepOutput | None:
         """One streamed model call through the chat corridor; None when it ended in an error frame."""
@@ -271,7 +328,7 @@ class GenerateTurn:
         if grounded:
             body["temperature"] = grounding.GROUNDED_TEMPERATURE
         if offer_tools:
-            body["tools"] = [retrieval.SEARCH_SOURCES_TOOL]
+            body["tools"] = self._tools()
             body["tool_choice"] = "auto"
         if not self._thinking and self._resolved.config.thinking == "hybrid":
             body["reasoning_effort"] = "off"
@@ -321,20 +378,27 @@ class GenerateTurn:
             await emit(sse({"type": "tool_result", "tool_call_id": call["id"], "tool_name": name,
                             "tool_status": status, "message_id": row_id}))
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-            found = found or (status == "ok" and result != retrieval.format_hits([]))
+            found = found or (status == "ok" and result not in _NOTHING_FOUND)
         return found
 
     async def _run_tool(self, name: str, arguments: str) -> tuple[str, str]:
         """(result text, `ok` or `error`) of one tool call; failures go back to the model as text."""
-        if name != "search_sources":
-            return f"Unknown tool {name!r}; the only tool is search_sources.", "error"
+        offered = [tool["function"]["name"] for tool in self._tools()]
+        if name not in offered:
+            return f"Unknown tool {name!r}; the tools are {', '.join(offered)}.", "error"
         try:
             parsed = orjson.loads(arguments or "{}")
         except orjson.JSONDecodeError:
-            return "The arguments were not valid JSON; call search_sources with {\"query\": \"...\"}.", "error"
+            return f"The arguments were not valid JSON; call {name} with {{\"query\": \"...\"}}.", "error"
         query = parsed.get("query") if isinstance(parsed, dict) else None
         if not isinstance(query, str) or not query.strip():
-            return "search_sources needs a non-empty string `query`.", "error"
+            return f"{name} needs a non-empty string `query`.", "error"
+        if name == "web_search":
+            assert self._web is not None
+            try:
+                return format_results(await self._web.search(query)), "ok"
+            except WebSearchFailed as exc:
+                return f"web_search failed: {exc}", "error"
         top_k = parsed.get("top_k")
         try:
             hits = await self._gen.retriever.search_sources(
@@ -380,9 +444,10 @@ class Generation:
     conversations: "ConversationService"
     retriever: Retriever
     settings: Mapping[str, Any]
+    web: WebSearch | None = None  # `[web_search]`'s provider; None: `webSearch=true` is ignored
 
     async def prepare(self, key: KeyRecord, conversation_id: int, message_id: int, model: str,
-                      thinking: bool) -> GenerateTurn:
+                      thinking: bool, web_search: bool = False) -> GenerateTurn:
         """Every check that answers before the stream starts: 404 conversation or message, model errors."""
         access = await self.conversations.access(key, conversation_id)
         store = self.conversations.store
@@ -395,4 +460,5 @@ class Generation:
         history = await store.ancestry(conversation_id, message_id, HISTORY_ROWS)
         sources = self.conversations.sources
         has_sources = bool(sources is not None and (await sources.counts([conversation_id])).get(conversation_id))
-        return GenerateTurn(self, key, access, question, history, resolved, model, thinking, has_sources)
+        return GenerateTurn(self, key, access, question, history, resolved, model, thinking, has_sources,
+                            self.web if web_search else None)

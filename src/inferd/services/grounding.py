@@ -28,6 +28,7 @@ import numpy as np
 from inferd.catalogue import Model
 from inferd.engines.base import prompt_upper_bound
 from inferd.services.retrieval import Passage, query_terms, words_of
+from inferd.services.web_search import WebResult
 
 ANSWER_ROOM = 512  # tokens kept free for the answer
 # An answer from passages should copy them, not vary: at the engines' usual 0.7 the built-in model
@@ -49,6 +50,9 @@ FOLD_CHARS = 400  # how much of the previous exchange a follow-up's query folds 
 
 GROUNDED_SYSTEM = ("You answer questions about the user's documents. Passages from the documents come with "
                    "each question. Answer from the passages only.")
+# With web results among the passages (a `webSearch=true` turn): the same rules, another origin.
+WEB_GROUNDED_SYSTEM = ("You answer questions from passages that come with each question: results of a web search "
+                       "and, when the user attached documents, passages from them. Answer from the passages only.")
 # No request to cite [n], and no numbers on the passages: the 0.5B model then often answers with the
 # number alone. Citations are found from the answer's own words instead (`cited`).
 RULES = ("Answer the question in one sentence, from the passages above. Quote the exact value as the passage "
@@ -73,9 +77,10 @@ class Unit:
 
 @dataclass(frozen=True)
 class Excerpt:
-    """What the model reads of one passage: the chosen pieces of its body, and their spans in the document."""
+    """What the model reads of one passage: the chosen pieces of its body, and their spans in the document
+    (a web result is read whole: no spans)."""
 
-    passage: Passage
+    passage: Passage | WebResult
     text: str
     spans: list[tuple[int, int]] | None  # document offsets of each piece; None for chunks stored before 0007
 
@@ -297,13 +302,13 @@ def passage_block(index: int, excerpt: Excerpt) -> str:
     return f"From {where}:\n{excerpt.text}"
 
 
-def grounded_question(question: str, excerpts: Sequence[Excerpt]) -> str:
+def grounded_question(question: str, excerpts: Sequence[Excerpt], origin: str = "my documents") -> str:
     """The user message the model answers: the question, the passages, the rules, the question again.
     Asked both before and after the passages, the built-in model read them for the question and
     answered more often right (12 of 14 against 10 of 14 with the question only after them, on
-    the same passages of bench/rag_eval.py)."""
+    the same passages of bench/rag_eval.py). `origin` says where the passages come from."""
     blocks = "\n\n".join(passage_block(i + 1, excerpt) for i, excerpt in enumerate(excerpts))
-    return f"Question: {question}\n\nPassages from my documents:\n\n{blocks}\n\n{RULES}\n\nQuestion: {question}"
+    return f"Question: {question}\n\nPassages from {origin}:\n\n{blocks}\n\n{RULES}\n\nQuestion: {question}"
 
 
 def retrieval_queries(history: Sequence[dict[str, Any]], question: str) -> list[tuple[str, float]]:

@@ -282,8 +282,12 @@ class _HtmlText(HTMLParser):
 
 def _html_text(path: Path) -> str:
     data, cut = _read_prefix(path, 8 * _MAX_TEXT_BYTES)  # markup outweighs text
+    return html_to_text(decode_text(data, cut))
+
+
+def html_to_text(text: str) -> str:
+    """The visible text of an HTML document as light Markdown (an uploaded file, or a fetched web page)."""
     parser = _HtmlText()
-    text = decode_text(data, cut)
     for start in range(0, len(text), _READ_PIECE):
         parser.feed(text[start:start + _READ_PIECE])
         if parser.size > MAX_CHARS:
