@@ -9,15 +9,13 @@ in Anthropic's envelope, `{type: "error", error: {type, message}}`.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
-from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive, Scope, Send, header, note_rejection,
-                             response_start, send_bytes)
+from inferd.api.asgi import JSON_HEADERS, Receive, Scope, Send, header, note_rejection, send_bytes
 from inferd.api.hot import JsonRoute, affinity_of
+from inferd.api.sse_relay import cache_hits_counted, relay_sse
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.calls.stage import CallStage
@@ -28,8 +26,6 @@ from inferd.engines.base import ChatEngine, TokenCount
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
 from inferd.services.chat import ChatCall, ChatService
-
-log = logging.getLogger("inferd.api.messages")
 
 
 class AnthropicRoute(JsonRoute):
@@ -72,59 +68,15 @@ class MessagesRoute(AnthropicRoute):
         call = self._open(key, chat_body, scope)
         await self._chat.fit_context(call)
         if chat_body.get("stream"):
-            await self._stream(call, key, thinking_on(chat_body), receive, send)
+            counts = cache_hits_counted(self._catalogue, call, key)
+            stream = MessageStream(thinking_on(chat_body), counts, call.prompt_count)
+            await relay_sse(self._chat.chunk_batches(call), stream, receive, send)
             return
         reply = await self._chat.complete(call)
         usage = reply.usage
         message = from_chat(reply.value, usage_of(usage.prompt_tokens, usage.completion_tokens,
                                                   usage.cached_prompt_tokens), thinking=thinking_on(chat_body))
         await send_bytes(send, 200, orjson.dumps(message), JSON_HEADERS)
-
-    def _cached_counts(self, call: ChatCall, key: KeyRecord) -> Callable[[str], bool]:
-        """Whether the model that answered (the one asked, or a fallback) reports prefix-cache hits."""
-        def counts(model_id: str) -> bool:
-            for model in (call.model, *self._catalogue.fallbacks(call.model, key)):
-                if model.id == model_id:
-                    return model.config.prefix_cache
-            return call.model.config.prefix_cache
-        return counts
-
-    async def _stream(self, call: ChatCall, key: KeyRecord, thinking: bool, receive: Receive, send: Send) -> None:
-        batches = self._chat.chunk_batches(call)
-        stream = MessageStream(thinking, self._cached_counts(call, key))
-        task = asyncio.current_task()
-        assert task is not None
-        watcher = DisconnectWatch(receive, task)
-        try:
-            try:
-                first, *rest = await batches.__anext__()
-            except InferdError as exc:
-                watcher.cancel()
-                await self.refuse(send, exc)
-                return
-            await send(response_start(200, SSE_HEADERS))
-            opening = stream.start(orjson.loads(first), call.prompt_count)
-            await send({"type": "http.response.body", "body": opening + stream.feed_all(rest), "more_body": True})
-            try:
-                async for batch in batches:  # one write per batch of chunks that arrived together
-                    events = stream.feed_all(batch)
-                    if events:
-                        await send({"type": "http.response.body", "body": events, "more_body": True})
-                tail = stream.finish()
-            except Exception:  # e.g. the usage row could not be committed: no message_stop then
-                log.exception("messages stream failed")
-                tail = stream.fail("Internal server error")
-            watcher.cancel()
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-        except asyncio.CancelledError:
-            # The client disconnected: closing the batches aborts the upstream and bills what was made.
-            if watcher.fired:
-                task.uncancel()
-                await batches.aclose()  # type: ignore[attr-defined]
-                return
-            raise
-        finally:
-            watcher.cancel()
 
 
 class MessagesCountTokensRoute(AnthropicRoute):

@@ -9,31 +9,46 @@ default), kept for the key. GET and DELETE of a stored response are FastAPI rout
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any, Callable
 
 import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from inferd.api.asgi import (JSON_HEADERS, SSE_HEADERS, DisconnectWatch, Receive, Scope, Send, response_start, send_bytes,
-                             send_error)
+from inferd.api.asgi import JSON_HEADERS, Receive, Scope, Send, send_bytes
 from inferd.api.deps import long_lived_key, services
 from inferd.api.hot import JsonRoute, affinity_of
+from inferd.api.sse_relay import cache_hits_counted, relay_sse
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
 from inferd.catalogue import ModelCatalogue
 from inferd.dialects.responses_mapping import Translated, continue_from, from_chat, reasoning_tokens, to_chat, usage_of
 from inferd.dialects.responses_stream import ResponseStream
-from inferd.errors import InferdError
 from inferd.limits.base import Limits
 from inferd.protocol.responses import DeletedResponse, ResponseObject
-from inferd.services.chat import ChatCall, ChatService
+from inferd.services.chat import ChatService
 from inferd.services.responses import History, ResponsesService
 
-log = logging.getLogger("inferd.api.responses")
 router = APIRouter(tags=["responses"])
+
+
+class _KeptStream(ResponseStream):
+    """A streamed response that is kept for the key (with `store`): stored before its last event
+    leaves, so that a GET after that event finds it."""
+
+    __slots__ = ("_responses", "_key", "_history")
+
+    def __init__(self, translated: Translated, cached_counts: Callable[[str], bool], responses: ResponsesService,
+                 key: KeyRecord, history: History) -> None:
+        super().__init__(translated, cached_counts)
+        self._responses = responses
+        self._key = key
+        self._history = history
+
+    async def settle(self) -> None:
+        """Keep the final response (the relay awaits this between `finish` and the last event)."""
+        if self.response is not None:
+            await self._responses.keep(self._key, self._translated, self._history, self.response)
 
 
 class ResponsesRoute(JsonRoute):
@@ -58,7 +73,9 @@ class ResponsesRoute(JsonRoute):
             call.affinity = affinity_of(scope, translated.chat)
         await self._chat.fit_context(call)
         if translated.chat.get("stream"):
-            await self._stream(call, key, translated, history, receive, send)
+            counts = cache_hits_counted(self._catalogue, call, key)
+            stream = _KeptStream(translated, counts, self._responses, key, history)
+            await relay_sse(self._chat.chunk_batches(call), stream, receive, send)
             return
         reply = await self._chat.complete(call)
         usage = reply.usage
@@ -67,55 +84,6 @@ class ResponsesRoute(JsonRoute):
                                                    reasoning_tokens(reply.value.get("usage"))), translated)
         await self._responses.keep(key, translated, history, response)
         await send_bytes(send, 200, orjson.dumps(response), JSON_HEADERS)
-
-    def _cached_counts(self, call: ChatCall, key: KeyRecord) -> Callable[[str], bool]:
-        """Whether the model that answered (the one asked, or a fallback) reports prefix-cache hits."""
-        def counts(model_id: str) -> bool:
-            for model in (call.model, *self._catalogue.fallbacks(call.model, key)):
-                if model.id == model_id:
-                    return model.config.prefix_cache
-            return call.model.config.prefix_cache
-        return counts
-
-    async def _stream(self, call: ChatCall, key: KeyRecord, translated: Translated, history: History,
-                      receive: Receive, send: Send) -> None:
-        batches = self._chat.chunk_batches(call)
-        stream = ResponseStream(translated, self._cached_counts(call, key))
-        task = asyncio.current_task()
-        assert task is not None
-        watcher = DisconnectWatch(receive, task)
-        try:
-            try:
-                first, *rest = await batches.__anext__()
-            except InferdError as exc:
-                watcher.cancel()
-                await send_error(send, exc)
-                return
-            await send(response_start(200, SSE_HEADERS))
-            opening = stream.start(orjson.loads(first))
-            await send({"type": "http.response.body", "body": opening + stream.feed_all(rest), "more_body": True})
-            try:
-                async for batch in batches:  # one write per batch of chunks that arrived together
-                    events = stream.feed_all(batch)
-                    if events:
-                        await send({"type": "http.response.body", "body": events, "more_body": True})
-                tail = stream.finish()
-                if stream.response is not None:  # stored before the last event: a GET after it finds it
-                    await self._responses.keep(key, translated, history, stream.response)
-            except Exception:  # e.g. the usage row could not be committed: no response.completed then
-                log.exception("responses stream failed")
-                tail = stream.fail("Internal server error")
-            watcher.cancel()
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-        except asyncio.CancelledError:
-            # The client disconnected: closing the batches aborts the upstream and bills what was made.
-            if watcher.fired:
-                task.uncancel()
-                await batches.aclose()  # type: ignore[attr-defined]
-                return
-            raise
-        finally:
-            watcher.cancel()
 
 
 # The stored object goes out as it was stored, not re-validated through the documenting model.

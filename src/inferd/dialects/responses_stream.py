@@ -16,45 +16,40 @@ from typing import Any, Callable
 
 import orjson
 
+from inferd.dialects.chunk_stream import ChunkStream
 from inferd.dialects.responses_mapping import (Translated, function_call_item, message_item, new_id,
                                                reasoning_item, reasoning_tokens, response_object, status_of,
                                                usage_of)
 
-# The per-token events are built from bytes templates: `%s` the item id, `%d` the output index,
-# then the sequence number and the delta.
-_TEXT_DELTA = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"%s",'
-               b'"output_index":%d,"content_index":0,"logprobs":[],"sequence_number":')
-_ARGUMENTS_DELTA = (b'event: response.function_call_arguments.delta\ndata: {"type":'
-                    b'"response.function_call_arguments.delta","item_id":"%s","output_index":%d,"sequence_number":')
-_REASONING_DELTA = (b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
-                    b'"item_id":"%s","output_index":%d,"content_index":0,"sequence_number":')
-_DELTAS = {"message": _TEXT_DELTA, "function_call": _ARGUMENTS_DELTA, "reasoning": _REASONING_DELTA}
+# The per-token events are built from bytes templates, by the item's kind: `%s` the item id, `%d`
+# the output index, then the sequence number and the delta.
+_DELTAS = {kind: b'event: ' + name + b'\ndata: {"type":"' + name + b'","item_id":"%s","output_index":%d,' + fields
+                 + b'"sequence_number":'
+           for kind, name, fields in (
+               ("text", b"response.output_text.delta", b'"content_index":0,"logprobs":[],'),
+               ("tool", b"response.function_call_arguments.delta", b""),
+               ("reasoning", b"response.reasoning_text.delta", b'"content_index":0,'))}
 
 
-class ResponseStream:
+class ResponseStream(ChunkStream):
     """The state of one translated stream: the open output item, the finish reason and the usage."""
 
-    __slots__ = ("_translated", "_cached_counts", "_id", "_created", "_model", "_sequence", "_output", "_kind",
-                 "_item", "_pieces", "_delta_head", "_tool_index", "_finish", "_usage", "response")
+    __slots__ = ("_translated", "_id", "_created", "_sequence", "_output", "_item", "_pieces", "response")
+
+    dialect = "responses"
 
     def __init__(self, translated: Translated, cached_counts: Callable[[str], bool],
                  response_id: str | None = None) -> None:
         """`cached_counts(model)`: whether that model reports prefix-cache hits (its `prefix_cache`),
         as its usage rows do."""
+        super().__init__(translated.chat.get("reasoning_effort") != "off", cached_counts)
         self._translated = translated
-        self._cached_counts = cached_counts
         self._id = response_id or new_id("resp")
         self._created = 0
-        self._model = ""
         self._sequence = 0
         self._output: list[dict[str, Any]] = []
-        self._kind = ""  # the open item's type, "" when none is open
-        self._item: dict[str, Any] = {}
+        self._item: dict[str, Any] = {}  # the open item
         self._pieces: list[str] = []  # the open item's text or arguments so far
-        self._delta_head = b""
-        self._tool_index: Any = None  # chat's index of the tool call the open function_call carries
-        self._finish: Any = None
-        self._usage: Any = None
         self.response: dict[str, Any] | None = None  # the final response object, once finished or failed
 
     def _event(self, name: str, data: dict[str, Any]) -> bytes:
@@ -72,7 +67,7 @@ class ResponseStream:
         if not self._kind:
             return list(self._output)
         item, text = self._item, "".join(self._pieces)
-        if self._kind == "message":
+        if self._kind == "text":
             partial = message_item(text, "incomplete", item["id"])
         elif self._kind == "reasoning":
             partial = reasoning_item(text, item["id"])
@@ -98,13 +93,13 @@ class ResponseStream:
         self._sequence += 1
         return head + orjson.dumps(text) + b"}\n\n"
 
-    def _open(self, item: dict[str, Any]) -> bytes:
+    def _open(self, kind: str, item: dict[str, Any]) -> bytes:
         out = self._close()
-        self._kind, self._item, self._pieces = item["type"], item, []
+        self._kind, self._item, self._pieces = kind, item, []
         index = len(self._output)
         self._delta_head = _DELTAS[self._kind] % (item["id"].encode(), index)
         out += self._event("response.output_item.added", {"output_index": index, "item": item})
-        if self._kind == "message":
+        if self._kind == "text":
             out += self._event("response.content_part.added", {
                 "item_id": item["id"], "output_index": index, "content_index": 0,
                 "part": {"type": "output_text", "text": "", "annotations": []}})
@@ -121,8 +116,8 @@ class ResponseStream:
         self._kind = ""
         index = len(self._output)
         where = {"item_id": item["id"], "output_index": index}
-        if kind == "message":
-            status, _ = status_of(self._finish)
+        if kind == "text":
+            status, _ = status_of(self._choice.get("finish_reason"))
             done = message_item(text, "incomplete" if status == "incomplete" else "completed", item["id"])
             out = (self._event("response.output_text.done", {**where, "content_index": 0, "text": text,
                                                              "logprobs": []})
@@ -139,64 +134,25 @@ class ResponseStream:
         self._output.append(done)
         return out + self._event("response.output_item.done", {"output_index": index, "item": done})
 
-    def feed(self, chunk: dict[str, Any]) -> bytes:
-        """The events one chat chunk makes (often none)."""
-        if "error" in chunk:
-            error = chunk["error"] if isinstance(chunk["error"], dict) else {}
-            return self.fail(str(error.get("message") or "The engine failed"), str(error.get("code") or
-                                                                                  "server_error"))
-        out = b""
-        if "usage" in chunk and chunk["usage"]:
-            self._usage = chunk["usage"]
-        # Membership tests before lookups: most chunks carry one text delta, and this runs per token.
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta")
-            if delta:
-                reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-                if reasoning and self._translated.chat.get("reasoning_effort") != "off":
-                    if self._kind != "reasoning":
-                        out += self._open({"id": new_id("rs"), "type": "reasoning", "summary": [], "content": []})
-                    out += self._delta(reasoning)
-                text = delta.get("content")
-                if text:
-                    if self._kind != "message":
-                        out += self._open({"id": new_id("msg"), "type": "message", "role": "assistant",
-                                           "status": "in_progress", "content": []})
-                    out += self._delta(text)
-                if "tool_calls" in delta:
-                    for call in delta["tool_calls"] or ():
-                        out += self._tool_delta(call)
-            if "finish_reason" in choice and choice["finish_reason"]:
-                self._finish = choice["finish_reason"]
-        return out
+    def _failed(self, error: Any) -> bytes:
+        error = error if isinstance(error, dict) else {}
+        return self.fail(str(error.get("message") or "The engine failed"), str(error.get("code") or "server_error"))
 
-    def feed_all(self, batch: list[bytes]) -> bytes:
-        """The events of a batch of chunks' JSON bytes, all together."""
-        return b"".join([self.feed(orjson.loads(data)) for data in batch])
+    def _open_reasoning(self) -> bytes:
+        return self._open("reasoning", {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": []})
 
-    def _tool_delta(self, call: dict[str, Any]) -> bytes:
-        out = b""
-        function = call.get("function") or {}
-        index = call.get("index", self._tool_index)
-        call_id = call.get("id")
-        if self._kind != "function_call" or index != self._tool_index or (
-                call_id and call_id != self._item.get("call_id")):
-            self._tool_index = index
-            out = self._open({"id": new_id("fc"), "type": "function_call", "call_id": call_id or new_id("call"),
-                              "name": function.get("name") or "", "arguments": "", "status": "in_progress"})
-        arguments = function.get("arguments")
-        if arguments:
-            out += self._delta(arguments)
-        return out
+    def _open_text(self) -> bytes:
+        return self._open("text", {"id": new_id("msg"), "type": "message", "role": "assistant",
+                                   "status": "in_progress", "content": []})
+
+    def _open_tool(self, call_id: str | None, name: str) -> bytes:
+        self._tool_id = call_id or new_id("call")
+        return self._open("tool", {"id": new_id("fc"), "type": "function_call", "call_id": self._tool_id,
+                                   "name": name, "arguments": "", "status": "in_progress"})
 
     def _usage_object(self) -> dict[str, Any]:
-        usage = self._usage if isinstance(self._usage, dict) else {}
-        details = usage.get("prompt_tokens_details")
-        cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-        if cached and not self._cached_counts(self._model):
-            cached = 0
-        return usage_of(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), cached,
-                        reasoning_tokens(usage))
+        usage, prompt, completion, cached = self._counted_usage()
+        return usage_of(prompt, completion, cached, reasoning_tokens(usage))
 
     def finish(self) -> bytes:
         """The open item's done events and `response.completed` with the usage (its response's status
@@ -204,7 +160,7 @@ class ResponseStream:
         if self.response is not None:
             return b""
         out = self._close()
-        status, incomplete = status_of(self._finish)
+        status, incomplete = status_of(self._choice.get("finish_reason"))
         self.response = self._snapshot(status, usage=self._usage_object(), incomplete=incomplete)
         return out + self._last_event("response.completed")
 
