@@ -131,6 +131,7 @@ class InferdApp:
         self.api.include_router(console_routes.router)
         self.api.include_router(admin_routes.router)
         self.api.include_router(responses_routes.router)
+        self.api.openapi = lambda: docs_routes.openapi_document(self.api)  # type: ignore[method-assign]
         self._ids = RequestIds()
         self._access_log: AccessLog | None = None
         self._body_clock = BodyClock()
@@ -149,13 +150,11 @@ class InferdApp:
         self._access_log = AccessLog() if log_format == "json" else None
         self._hot = {
             "/v1/chat/completions": ChatCompletionsRoute(services.auth, services.limits, services.chat),
-            "/v1/chat/count_tokens": CountTokensRoute(services.auth, services.limits, services.catalogue,
-                                                      services.stage),
-            "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.catalogue, services.stage),
-            "/v1/rerank": RerankRoute(services.auth, services.limits, services.catalogue, services.stage),
+            "/v1/chat/count_tokens": CountTokensRoute(services.auth, services.limits, services.chat),
+            "/v1/embeddings": EmbeddingsRoute(services.auth, services.limits, services.embeddings),
+            "/v1/rerank": RerankRoute(services.auth, services.limits, services.rerank),
             "/v1/messages": MessagesRoute(services.auth, services.limits, services.chat, services.catalogue),
-            "/v1/messages/count_tokens": MessagesCountTokensRoute(services.auth, services.limits, services.chat,
-                                                                  services.stage),
+            "/v1/messages/count_tokens": MessagesCountTokensRoute(services.auth, services.limits, services.chat),
             "/v1/responses": ResponsesRoute(services.auth, services.limits, services.chat, services.catalogue,
                                             services.responses),
         }

@@ -29,12 +29,13 @@ class Deployment:
     """One upstream of a model: its configuration (the model's, with the deployment's own keys)
     and its engine."""
 
-    __slots__ = ("config", "engine", "name", "_capabilities")
+    __slots__ = ("config", "engine", "name", "upstream", "_capabilities")
 
     def __init__(self, config: ModelConfig, engine: Engine) -> None:
         self.config = config
         self.engine = engine
         self.name = config.deployment_name  # as usage rows carry it
+        self.upstream = config.upstream_model or config.id  # the model name its engine is sent
         # Checked once here: isinstance against a runtime protocol costs microseconds a call.
         self._capabilities = frozenset(kind for kind in set(CAPABILITY_OF_TYPE.values()) if isinstance(engine, kind))
 

@@ -29,12 +29,16 @@ from inferd.metering.journal_sqlite import JournaledUsageWriter
 from inferd.metering.recorder import UsageRecorder
 from inferd.metering.spend import load_spend
 from inferd.observe.metrics import Metrics
+from inferd.services.audio import AudioService
 from inferd.services.batches import BatchService
 from inferd.services.chat import ChatService
+from inferd.services.embeddings import EmbeddingsService
+from inferd.services.images import ImagesService
 from inferd.services.responses import ResponsesService
 from inferd.services.generate import Generation
 from inferd.services.web_search import WebSearch
 from inferd.services.ingest.service import Ingestion, embedding_model
+from inferd.services.rerank import RerankService
 from inferd.services.retrieval import Retriever
 from inferd.services.sources import attach_sources
 from inferd.services.conversations import ConversationService
@@ -69,6 +73,10 @@ class Services:
     stage: CallStage
     health: HealthProber
     chat: ChatService
+    embeddings: EmbeddingsService
+    rerank: RerankService
+    audio: AudioService
+    images: ImagesService
     retriever: Retriever
     generation: Generation
     ingestion: Ingestion
@@ -141,7 +149,10 @@ async def build_services(settings: Settings) -> Services:
     return Services(settings=settings, config=config, db=db, hot=hot, orgs=OrgRepository(db), keys=keys,
                     key_lookup=key_lookup, auth=Authenticator(key_lookup), limits=limits, metrics=metrics,
                     writer=writer, catalogue=catalogue, stage=stage,
-                    health=health, chat=chat, retriever=retriever,
+                    health=health, chat=chat, embeddings=EmbeddingsService(catalogue, stage),
+                    rerank=RerankService(catalogue, stage),
+                    audio=AudioService(catalogue, stage, config.audio.max_duration_s),
+                    images=ImagesService(catalogue, stage), retriever=retriever,
                     generation=Generation(catalogue, chat, conversations, retriever, config.conversations,
                                           WebSearch(config.web_search) if config.web_search else None),
                     ingestion=Ingestion(db, catalogue, stage, conversations, config.conversations),

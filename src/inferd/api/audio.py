@@ -1,8 +1,8 @@
-"""POST /v1/audio/speech, GET /v1/voices and POST /v1/audio/transcriptions (workspace `audio`)."""
+"""POST /v1/audio/speech, GET /v1/voices and POST /v1/audio/transcriptions (workspace `audio`): the
+wire (the body, the form, the response) here, the rest in services/audio.py."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import orjson
@@ -13,14 +13,10 @@ from inferd.api.deps import caller_key, metered_key, services
 from inferd.api.uploads import read_upload
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import require_long_lived
-from inferd.calls.stage import Answer, Billing
-from inferd.catalogue import Deployment, Model
-from inferd.engines.audio_codec import FORMATS, audio_seconds
-from inferd.engines.base import SpeechEngine, TranscriptionEngine
-from inferd.engines.transcripts import PLAIN_FORMATS, render
 from inferd.errors import InvalidRequest
 from inferd.protocol.audio import MAX_SPEECH_INPUT, MAX_SPEED, MIN_SPEED, SpeechRequest
 from inferd.protocol.checks import MAX_MODEL_LENGTH, check_model
+from inferd.services.audio import SPEECH_FORMATS, TRANSCRIPT_FORMATS
 
 router = APIRouter(tags=["audio"])
 
@@ -33,8 +29,8 @@ def check_speech(body: Any) -> dict[str, Any]:
         raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
     check_model(body)
     audio_format = body.get("response_format") or "mp3"
-    if audio_format not in FORMATS:
-        raise InvalidRequest(f"response_format: must be one of {', '.join(FORMATS)}", param="response_format")
+    if audio_format not in SPEECH_FORMATS:
+        raise InvalidRequest(f"response_format: must be one of {', '.join(SPEECH_FORMATS)}", param="response_format")
     speed = body.get("speed", 1.0)
     if speed is not None and (isinstance(speed, bool) or not isinstance(speed, (int, float))
                               or not MIN_SPEED <= speed <= MAX_SPEED):
@@ -46,7 +42,7 @@ def check_speech(body: Any) -> dict[str, Any]:
     return body
 
 
-@router.post("/v1/audio/speech", responses={200: {"content": {f"audio/{f}": {} for f in FORMATS}}},
+@router.post("/v1/audio/speech", responses={200: {"content": {f"audio/{f}": {} for f in SPEECH_FORMATS}}},
              openapi_extra={"requestBody": {"content": {"application/json": {
                  "schema": SpeechRequest.model_json_schema()}}}})
 async def speech(request: Request) -> Response:
@@ -60,72 +56,16 @@ async def speech(request: Request) -> Response:
         raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
     # Checked before the limits: a refused request takes no slot of the rate window.
     await svc.limits.admit(key, metered=True)
-    model = svc.catalogue.resolve(body["model"], key)
-    model.require_type(("tts",), "speech")
-    characters = len(body["input"]) if isinstance(body.get("input"), str) else 0
-
-    async def attempt(engine: SpeechEngine, deployment: Deployment, answering: Model) -> Answer[tuple[bytes, str]]:
-        upstream = deployment.config.upstream_model or deployment.config.id
-        spoken = await engine.speech({**body, "model": upstream,
-                                      "response_format": body.get("response_format") or "mp3"})
-        return Answer(spoken, characters)
-
-    audio, content_type = (await svc.stage.call(model, SpeechEngine, Billing(key, "audio"), attempt,
-                                                affinity=_affinity(request, model, body))).value
+    audio, content_type = await svc.audio.speech(key, body, request.scope["headers"])
     return Response(audio, media_type=content_type)
-
-
-def _affinity(request: Request, model: Model, body: dict[str, Any] | None = None) -> str | None:
-    """The routing key of an `affinity` pool: the body's `user`, else the `x-session-affinity` header."""
-    if model.config.routing != "affinity":
-        return None
-    user = (body or {}).get("user")
-    return user if isinstance(user, str) and user else request.headers.get("x-session-affinity")
 
 
 @router.get("/v1/voices")
 async def voices(request: Request, model: str = Query("tts", max_length=MAX_MODEL_LENGTH),
                  key: KeyRecord = Depends(metered_key)) -> Response:
     """The speech model's voices, as its engine lists them."""
-    svc = services(request)
-    resolved = svc.catalogue.resolve(model, key)
-    resolved.require_type(("tts",), "voices")
-
-    async def attempt(engine: SpeechEngine, deployment: Deployment, answering: Model) -> Answer[Any]:
-        return Answer(await engine.voices())
-
-    listed = (await svc.stage.call(resolved, SpeechEngine, Billing(key, "audio"), attempt,
-                                   affinity=_affinity(request, resolved))).value
+    listed = await services(request).audio.voices(key, model, request.scope["headers"])
     return Response(orjson.dumps(listed), media_type="application/json")
-
-
-TRANSCRIPT_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
-
-
-def render_transcript(result: dict[str, Any], response_format: str) -> Response:
-    """The transcript in the requested format; plain formats are the engine's own bytes when it
-    wrote them (an upstream asked for that format), unchanged."""
-    if response_format == "json":
-        return Response(orjson.dumps({"text": result["text"]}), media_type="application/json")
-    if response_format == "verbose_json":
-        verbose = {"task": "transcribe", "language": result.get("language"), "duration": result.get("duration"),
-                   "text": result["text"], "segments": result.get("segments") or []}
-        return Response(orjson.dumps(verbose), media_type="application/json")
-    body = result.get("body")
-    if not isinstance(body, bytes):
-        body = render(result, response_format)
-    return Response(body, media_type=PLAIN_FORMATS[response_format])
-
-
-async def check_duration(path: str, limit_s: float) -> None:
-    """400 `audio_too_long` for audio that plays longer than `[audio] max_duration_s`, found by
-    decoding on a worker thread and stopping just past the limit. Every engine gets this check
-    (an HTTP upstream too: it costs the gateway about a second per hour of audio); a file PyAV
-    cannot read goes on to the engine, which knows its own formats and answers for it."""
-    seconds = await asyncio.to_thread(audio_seconds, path, limit_s)
-    if seconds is not None and seconds > limit_s:
-        raise InvalidRequest(f"file: the audio is longer than {limit_s:g} seconds, the longest this "
-                             f"server transcribes", code="audio_too_long", param="file")
 
 
 @router.post("/v1/audio/transcriptions", openapi_extra={"requestBody": {"content": {"multipart/form-data": {
@@ -136,25 +76,16 @@ async def check_duration(path: str, limit_s: float) -> None:
 async def transcriptions(request: Request, model: str = Query("stt", max_length=MAX_MODEL_LENGTH),
                          key: KeyRecord = Depends(metered_key)) -> Response:
     """Speech to text. The query's `model` picks the deployment; the form's `model` goes to the engine."""
-    svc = services(request)
-    resolved = svc.catalogue.resolve(model, key)
-    resolved.require_type(("asr",), "transcriptions")
+    audio = services(request).audio
+    resolved = audio.transcriber(model, key)
     upload = await read_upload(request, "file", TRANSCRIPTION_UPLOAD_BYTES, "Audio upload")
     try:
         response_format = upload.fields.get("response_format") or "json"
         if response_format not in TRANSCRIPT_FORMATS:
             raise InvalidRequest(f"response_format: must be one of {', '.join(TRANSCRIPT_FORMATS)}",
                                  param="response_format")
-        await check_duration(str(upload.path), svc.config.audio.max_duration_s)
-
-        # The upload lies in a file, so every attempt (a failover too) sends it whole again.
-        async def attempt(engine: TranscriptionEngine, deployment: Deployment, answering: Model
-                          ) -> Answer[dict[str, Any]]:
-            result = await engine.transcribe(str(upload.path), upload.filename or "audio", upload.fields)
-            return Answer(result, 0, len(result["text"]))
-
-        result = (await svc.stage.call(resolved, TranscriptionEngine, Billing(key, "audio"), attempt,
-                                       affinity=_affinity(request, resolved, upload.fields))).value
+        body, media_type = await audio.transcribe(key, resolved, str(upload.path), upload.filename or "audio",
+                                                  upload.fields, response_format, request.scope["headers"])
     finally:
         upload.discard()
-    return render_transcript(result, response_format)
+    return Response(body, media_type=media_type)

@@ -4,24 +4,26 @@ object body, and every error mapped to the envelope in one place."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Awaitable, Generic, Iterable, TypeVar
 
-from inferd.api.asgi import ClientGone, Receive, Scope, Send, header, require_post, send_error
+import orjson
+
+from inferd.api.asgi import JSON_HEADERS, ClientGone, Receive, Scope, Send, header, require_post, send_bytes, send_error
 from inferd.api.body_limits import HOT_BODY_BYTES, BodyClock, read_json_object
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator, require_long_lived
+from inferd.calls.route import session_key
 from inferd.errors import InferdError, refused_text
 from inferd.limits.base import Limits
 
 log = logging.getLogger("inferd.api")
+S = TypeVar("S")
 
 
 def affinity_of(scope: Scope, body: dict[str, Any]) -> str | None:
-    """The routing key of `affinity` pools: the body's `user`, else the `x-session-affinity` header."""
-    user = body.get("user")
-    if isinstance(user, str) and user:
-        return user
-    return header(scope, b"x-session-affinity") or None
+    """The routing key of `affinity` pools (calls/route.py `session_key`): the body's `user`, else
+    the `x-session-affinity` header. For a caller that knows the model routes by affinity."""
+    return session_key(body.get("user"), headers=scope["headers"])
 
 
 class JsonRoute:
@@ -62,3 +64,36 @@ class JsonRoute:
             if refused is None:
                 log.exception("%s failed", scope["path"])
             await self.refuse(send, refused or InferdError("Internal server error"))
+
+
+class ServiceRoute(JsonRoute, Generic[S]):
+    """A hot route that only speaks the wire: it checks the request, takes its place in the key's
+    limits, and hands the rest to its service (the model, the upstream request, the call stage, the
+    reply), whose answer it sends as JSON. Subclasses name the check, the service's method and,
+    where the answer needs more than `orjson`, how it is sent."""
+
+    metered = True  # counted against the key's budget too, not only its rate windows
+
+    def __init__(self, auth: Authenticator, limits: Limits, service: S) -> None:
+        super().__init__(auth, limits)
+        self.service = service
+
+    def check(self, body: dict[str, Any]) -> None:
+        """400 for a request the wire schema refuses (before the limits: a refused request takes no slot)."""
+        raise NotImplementedError
+
+    def answer(self, key: KeyRecord, body: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]) -> Awaitable[Any]:
+        """The service's answer to a checked, admitted request (its coroutine, awaited by `handle`:
+        no extra frame per request)."""
+        raise NotImplementedError
+
+    def reply(self, send: Send, answer: Any) -> Awaitable[None]:
+        """Send the answer: 200, JSON."""
+        return send_bytes(send, 200, orjson.dumps(answer), JSON_HEADERS)
+
+    async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
+                     send: Send) -> None:
+        """check -> limits -> service -> reply."""
+        self.check(body)
+        await self.limits.admit(key, metered=self.metered)
+        await self.reply(send, await self.answer(key, body, scope["headers"]))

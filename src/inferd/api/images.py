@@ -1,5 +1,6 @@
 """POST /v1/images/generations (workspace `images`): each image is one rate-limit unit and is
-priced per generation. Synchronous: the request stays open until the images are ready.
+priced per generation (services/images.py). Synchronous: the request stays open until the images
+are ready.
 
 What one request may ask is bounded before the limits (a refused request takes no rate-limit slot
 and writes no usage row): `n` 1 to 10 and `size` at most 2048x2048 on every model, and
@@ -9,21 +10,16 @@ time and memory grow with each of them."""
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
 
 from inferd.api.deps import caller_key, services
-from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import require_long_lived
-from inferd.calls.stage import Answer, Billing
-from inferd.catalogue import Deployment, Model, ModelCatalogue
-from inferd.engines.base import ImageEngine
 from inferd.errors import InvalidRequest
 from inferd.protocol.checks import check_model, is_int
-from inferd.protocol.images import MAX_IMAGES, MAX_SIDE, MAX_STEPS_IN_PROCESS, ImageGenerationRequest
+from inferd.protocol.images import MAX_IMAGES, MAX_SIDE, ImageGenerationRequest
 
 router = APIRouter(tags=["images"])
 _SIZE = re.compile(r"^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$")
@@ -53,24 +49,6 @@ def check_image_request(body: Any) -> int:
     return int(n)
 
 
-def runs_in_process(catalogue: ModelCatalogue, name: str, key: KeyRecord) -> bool:
-    """Whether the model `name` (when the key may use it) or one of its fallbacks has a deployment
-    that runs in this process (no `base_url`). Looked up without raising: an unknown or refused
-    model gets its 404 or 403 after the limits, as on every route."""
-    model = next((m for m in catalogue.models if name in (m.config.id, *m.config.aliases)), None)
-    if model is None or not catalogue.allowed(key, model):
-        return False
-    return any(d.config.base_url is None for m in (model, *catalogue.fallbacks(model, key)) for d in m.deployments)
-
-
-def check_steps(body: dict[str, Any], catalogue: ModelCatalogue, key: KeyRecord) -> None:
-    """`num_inference_steps` from 1 to 150 on a model generated in this process."""
-    steps = body.get("num_inference_steps")
-    if steps is not None and not 1 <= steps <= MAX_STEPS_IN_PROCESS and runs_in_process(catalogue, body["model"], key):
-        raise InvalidRequest(f"num_inference_steps: must be from 1 to {MAX_STEPS_IN_PROCESS} on model "
-                             f"'{body['model']}'", param="num_inference_steps")
-
-
 @router.post("/v1/images/generations", openapi_extra={"requestBody": {"content": {"application/json": {
     "schema": ImageGenerationRequest.model_json_schema()}}}})
 async def generate(request: Request) -> Response:
@@ -83,21 +61,7 @@ async def generate(request: Request) -> Response:
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"Malformed JSON body: {exc}", code="invalid_json") from None
     n = check_image_request(body)
-    check_steps(body, svc.catalogue, key)
+    svc.images.check_steps(body, key)
     await svc.limits.admit(key, metered=True, units=n)
-    model = svc.catalogue.resolve(body["model"], key)
-    model.require_type(("image-gen",), "image generation")
-
-    async def attempt(engine: ImageEngine, deployment: Deployment, answering: Model) -> Answer[dict[str, Any]]:
-        upstream = deployment.config.upstream_model or deployment.config.id
-        reply = await engine.images({**body, "model": upstream, "n": n, "response_format": "b64_json"})
-        images = [{"b64_json": item["b64_json"]} for item in reply.get("data") or [] if isinstance(item, dict)
-                  and isinstance(item.get("b64_json"), str)]
-        price = deployment.config.cost.image_per_generation if deployment.config.cost else None
-        return Answer({"created": int(reply.get("created") or time.time()), "data": images},
-                      cost_usd=(price or 0.0) * len(images))
-
-    affinity = request.headers.get("x-session-affinity") if model.config.routing == "affinity" else None
-    metered = await svc.stage.call(model, ImageEngine, Billing(key, "images"), attempt,
-                                   affinity=body.get("user") or affinity)
-    return Response(orjson.dumps(metered.value), media_type="application/json")
+    reply = await svc.images.generate(key, body, n, request.scope["headers"])
+    return Response(orjson.dumps(reply), media_type="application/json")

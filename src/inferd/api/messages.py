@@ -18,11 +18,9 @@ from inferd.api.hot import JsonRoute, affinity_of
 from inferd.api.sse_relay import cache_hits_counted, relay_sse
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
-from inferd.calls.stage import CallStage
-from inferd.catalogue import Deployment, Model, ModelCatalogue
+from inferd.catalogue import ModelCatalogue
 from inferd.dialects.messages_mapping import error_envelope, from_chat, thinking_on, to_chat, usage_of
 from inferd.dialects.messages_stream import MessageStream
-from inferd.engines.base import ChatEngine, TokenCount
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
 from inferd.services.chat import ChatCall, ChatService
@@ -80,11 +78,8 @@ class MessagesRoute(AnthropicRoute):
 
 
 class MessagesCountTokensRoute(AnthropicRoute):
-    """translate -> rate limit (no budget) -> catalogue -> call stage (unmetered) -> the engine's tokenizer."""
-
-    def __init__(self, auth: Authenticator, limits: Limits, chat: ChatService, stage: CallStage) -> None:
-        super().__init__(auth, limits, chat)
-        self._stage = stage
+    """translate -> rate limit (no budget) -> chat service (catalogue, call stage unmetered, the
+    engine's tokenizer), as /v1/chat/count_tokens counts."""
 
     async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
                      send: Send) -> None:
@@ -92,11 +87,6 @@ class MessagesCountTokensRoute(AnthropicRoute):
         chat_body = to_chat(body, counting=True)
         await self.limits.admit(key, metered=False)
         # The payload a completion would send upstream, so the count is the billed prompt.
-        call = self._open(key, chat_body, scope)
-
-        async def attempt(engine: ChatEngine, deployment: Deployment, answering: Model) -> TokenCount:
-            return await engine.count_tokens(call.payload_for(deployment))
-
-        count = await self._stage.unmetered(call.model, ChatEngine, key, attempt, affinity=call.affinity)
+        count = await self._chat.token_count(self._open(key, chat_body, scope))
         headers = JSON_HEADERS if count.exact else [*JSON_HEADERS, (b"x-inferd-token-count", b"estimate")]
         await send_bytes(send, 200, orjson.dumps({"input_tokens": count.input_tokens}), headers)

@@ -5,7 +5,7 @@ lines), only deployments with a free slot of its pacer (calls/pacing.py)."""
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Iterable, Protocol
 
 from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
@@ -13,6 +13,32 @@ from inferd.calls.pool import WAIT, Pool
 from inferd.catalogue import Model
 from inferd.engines.base import Engine
 from inferd.observe.metrics import Metrics
+
+SESSION_HEADER = b"x-session-affinity"  # the routing key of a request that names no `user`
+
+
+def session_key(user: object, session: str | None = None,
+                headers: Iterable[tuple[bytes, bytes]] = ()) -> str | None:
+    """The key an `affinity` pool routes a request by: its `user` (a non-empty string), else the
+    session its caller names (a conversation), else its `x-session-affinity` header (`headers`: the
+    raw ASGI ones, read only when nothing before answered)."""
+    if isinstance(user, str) and user:
+        return user
+    if session:
+        return session
+    for name, value in headers:
+        if name == SESSION_HEADER:
+            return value.decode("latin-1") or None
+    return None
+
+
+def affinity_key(model: Model, user: object, session: str | None = None,
+                 headers: Iterable[tuple[bytes, bytes]] = ()) -> str | None:
+    """`session_key` for a model whose routing is `affinity`; None for any other (no key is looked
+    for where none would be used: the hot routes pay nothing for it)."""
+    if model.config.routing != "affinity":
+        return None
+    return session_key(user, session, headers)
 
 
 class Fallbacks(Protocol):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Awaitable, Callable, Generic, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar
 
 from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
@@ -52,6 +52,13 @@ class Answer(Generic[T]):
     completion_tokens: int = 0
     cached_tokens: int = 0
     cost_usd: float | None = None
+
+
+def reported_prompt_tokens(reply: dict[str, Any]) -> int:
+    """The prompt tokens an engine's reply reports in its `usage` (`prompt_tokens`, else
+    `total_tokens`, as embedding and rerank engines answer); 0 when it reports none."""
+    usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+    return int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
 
 
 @dataclass(slots=True)

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterable
 
 import orjson
 
 from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
+from inferd.calls.route import affinity_key
 from inferd.calls.stage import Answer, Billing, CallStage, Metered, StreamLease
 from inferd.catalogue import CHAT_TYPES, Deployment, Model, ModelCatalogue
-from inferd.engines.base import ChatEngine, estimate_tokens, prompt_upper_bound
+from inferd.engines.base import ChatEngine, TokenCount, estimate_tokens, prompt_upper_bound
 from inferd.errors import InferdError, InvalidRequest
 from inferd.protocol.chat import check_images, check_reasoning_effort
 
@@ -47,7 +48,7 @@ class ChatCall:
     def payload_for(self, deployment: Deployment) -> dict[str, Any]:
         """The upstream body for one deployment: its own upstream model name (`payload` itself when
         it already names it, as it does for the first deployment: no copy on the hot path)."""
-        name = deployment.config.upstream_model or deployment.config.id
+        name = deployment.upstream
         return self.payload if self.payload.get("model") == name else {**self.payload, "model": name}
 
 
@@ -106,8 +107,7 @@ class ChatService:
                          config.image_urls == "data-only")
         payload = dict(body)
         payload.pop("metadata", None)
-        first = model.deployments[0].config
-        payload["model"] = first.upstream_model or first.id
+        payload["model"] = model.deployments[0].upstream
         if payload.get("top_p") is None:
             payload["top_p"] = 1.0  # the spec's default, whatever the engine's own would be
         apply_thinking(model, payload)
@@ -115,16 +115,36 @@ class ChatService:
             options = payload.get("stream_options")
             # Ask for usage even when the client did not: the final chunk must carry it.
             payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-        user = body.get("user")
         return ChatCall(key, model, payload, metadata, workspace, price_factor,
-                        affinity=user if isinstance(user, str) and user else affinity)
+                        affinity=affinity_key(model, body.get("user"), affinity))
 
-    async def count(self, call: ChatCall) -> int:
-        """The prompt's exact size, from a deployment of the model (failing over, never metered)."""
-        async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> int:
-            return (await engine.count_tokens(call.payload_for(deployment))).input_tokens
+    def open_count(self, body: dict[str, Any], key: KeyRecord, headers: Iterable[tuple[bytes, bytes]] = ()
+                   ) -> ChatCall:
+        """The call `/v1/chat/count_tokens` counts: the payload a completion of `body` would send
+        (its messages, tools and thinking), so the count equals the billed prompt (`headers`: the
+        raw ones, for the affinity key)."""
+        model = self._catalogue.resolve(body["model"], key)
+        model.require_type(CHAT_TYPES, "token counting")
+        payload: dict[str, Any] = {"messages": body["messages"]}
+        if body.get("tools"):
+            payload["tools"] = body["tools"]
+        if body.get("reasoning_effort") is not None:
+            payload["reasoning_effort"] = body["reasoning_effort"]
+        apply_thinking(model, payload)
+        payload["model"] = model.deployments[0].upstream
+        return ChatCall(key, model, payload, None, affinity=affinity_key(model, body.get("user"), headers=headers))
+
+    async def token_count(self, call: ChatCall) -> TokenCount:
+        """The prompt's size as a deployment of the model tokenizes it (failing over, never
+        metered): what every count_tokens route answers."""
+        async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> TokenCount:
+            return await engine.count_tokens(call.payload_for(deployment))
 
         return await self._stage.unmetered(call.model, ChatEngine, call.key, attempt, affinity=call.affinity)
+
+    async def count(self, call: ChatCall) -> int:
+        """The prompt's exact size (`token_count`'s number)."""
+        return (await self.token_count(call)).input_tokens
 
     async def count_payload(self, model: Model, key: KeyRecord, payload: dict[str, Any]) -> int:
         """The exact prompt tokens of a chat payload on `model` (never metered)."""
@@ -225,7 +245,7 @@ class _StreamRelay:
 
     def _renaming(self, lease: StreamLease) -> None:
         """Chunks name the upstream model; the client sees the model that answered."""
-        upstream_name = lease.deployment.config.upstream_model or lease.deployment.config.id
+        upstream_name = lease.deployment.upstream
         if upstream_name != lease.model.id:
             old, new = orjson.dumps(upstream_name), orjson.dumps(lease.model.id)
             self._rename = ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))

@@ -24,7 +24,7 @@ from inferd.auth.key_record import KeyRecord
 from inferd.calls.stage import Billing, CallStage
 from inferd.catalogue import ModelCatalogue
 from inferd.config import MAX_RETRIEVAL_TOP_K
-from inferd.services.ingest.embed import embed_texts, embedding_model_of
+from inferd.services.embeddings import embed_texts, embedding_model_of
 from inferd.services.ingest.service import WORKSPACE
 from inferd.store import sources as store
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from inferd.auth.key_record import KeyRecord
 from inferd.calls.stage import Billing
 from inferd.services.ingest.chunk import CHUNK_CHARS, CHUNK_TOKENS, OVERLAP_CHARS, OVERLAP_TOKENS, chunk_document
-from inferd.services.ingest.embed import embed_texts, embedding_model_of
+from inferd.services.embeddings import embed_texts, embedding_model_of
 from inferd.services.ingest.extract import MAX_CHARS, check_extension, extract_text
 from inferd.services.ingest.isolated import EXTRACT_TIMEOUT_S
 from inferd.store import sources as store

@@ -1,17 +1,24 @@
-"""Chunks to unit vectors through the catalogue's embeddings model (in-process, never over our own
-HTTP API), one metered call of the call stage however many batches it takes. Any engine failure
-(after failover) becomes 503: the embedding service is unreachable."""
+"""Embeddings, wherever they are asked for: the `/v1/embeddings` route (`EmbeddingsService`) and the
+server's own texts (`embed_texts`: the chunks ingestion stores, the queries retrieval searches
+with). Both resolve a model of the catalogue, send its engine the same upstream request and take
+its usage the same way, through the call stage (deployment, failover, one usage row).
+
+The server's own texts go in-process (never over our own HTTP API), one metered call however many
+batches it takes, as unit vectors; any engine failure (after failover) becomes 503
+`embedding_unavailable`: the embedding service is unreachable."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
 from inferd.auth.key_record import KeyRecord
-from inferd.calls.stage import Answer, Billing, CallStage
+from inferd.calls.route import affinity_key
+from inferd.calls.stage import Answer, Billing, CallStage, reported_prompt_tokens
 from inferd.catalogue import Deployment, Model, ModelCatalogue
 from inferd.engines.base import EmbeddingEngine
 from inferd.errors import EngineError, InferdError, NotFound, ServiceUnavailable
@@ -59,6 +66,48 @@ def embedding_model_of(catalogue: ModelCatalogue, model: str, key: KeyRecord) ->
     return resolved
 
 
+def upstream_request(deployment: Deployment, body: dict[str, Any]) -> dict[str, Any]:
+    """What a deployment's engine is sent for `body`: floats always (base64 is made here when asked
+    for), under the deployment's upstream model name."""
+    return {**body, "model": deployment.upstream, "encoding_format": "float"}
+
+
+def as_base64(vector: list[float]) -> str:
+    """A vector as base64 of little-endian float32, the OpenAI `encoding_format=base64` shape."""
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+class EmbeddingsService:
+    """`/v1/embeddings`: catalogue -> call stage (deployment, failover, usage row in workspace
+    `embeddings`, priced on input tokens only) -> the reply in the asked encoding."""
+
+    def __init__(self, catalogue: ModelCatalogue, stage: CallStage) -> None:
+        self._catalogue = catalogue
+        self._stage = stage
+
+    async def create(self, key: KeyRecord, body: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
+                     ) -> dict[str, Any]:
+        """The embeddings of a checked request (`headers`: the raw ones, for the affinity key)."""
+        model = self._catalogue.resolve(body["model"], key)
+        model.require_type(("embeddings",), "embeddings")
+
+        async def attempt(engine: EmbeddingEngine, deployment: Deployment, answering: Model
+                          ) -> Answer[dict[str, Any]]:
+            reply = await engine.embed(upstream_request(deployment, body))
+            prompt = reported_prompt_tokens(reply)
+            reply["model"] = answering.id
+            reply["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt}
+            return Answer(reply, prompt)
+
+        reply = (await self._stage.call(model, EmbeddingEngine, Billing(key, "embeddings"), attempt,
+                                        affinity=affinity_key(model, body.get("user"), headers=headers))).value
+        if body.get("encoding_format") == "base64":
+            for item in reply["data"]:
+                if isinstance(item.get("embedding"), list):
+                    item["embedding"] = as_base64(item["embedding"])
+        return reply
+
+
 def _vectors(reply: dict[str, Any], count: int) -> np.ndarray:
     items = reply.get("data")
     if not isinstance(items, list) or len(items) != count:
@@ -92,16 +141,14 @@ async def embed_texts(stage: CallStage, billing: Billing, model: Model, texts: l
 
 async def _embed_on(engine: EmbeddingEngine, deployment: Deployment, texts: list[str]) -> tuple[np.ndarray, int]:
     """(unit vectors, prompt tokens) of `texts` from one deployment's engine."""
-    model_name = deployment.config.upstream_model or deployment.config.id
     batch_texts, concurrency = HTTP_PLAN if deployment.config.engine in HTTP_ENGINES else IN_PROCESS_PLAN
     gate = asyncio.Semaphore(concurrency)
 
     async def batch(piece: list[str]) -> tuple[np.ndarray, int]:
         async with gate:
-            reply = await engine.embed({"model": model_name, "input": piece, "encoding_format": "float"})
+            reply = await engine.embed(upstream_request(deployment, {"input": piece}))
             try:
-                usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
-                return _vectors(reply, len(piece)), int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
+                return _vectors(reply, len(piece)), reported_prompt_tokens(reply)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise EngineError(f"The embedding service answered badly: {exc}") from None
 
