@@ -7,7 +7,7 @@ written side by side like the clients themselves; each client supplies `_call`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Mapping, Sequence, TypeVar
+from typing import Mapping, Sequence, TypeVar, Union
 
 from inferd_client import _admin_routes as admin_routes
 from inferd_client._admin_types import (AdminKey, AdminKeyList, AuditPage, CreatedKey, DeploymentList, OrgSettings,
@@ -15,7 +15,10 @@ from inferd_client._admin_types import (AdminKey, AdminKeyList, AuditPage, Creat
 from inferd_client._calls import NOT_GIVEN, Call, NotGiven
 
 R = TypeVar("R")
+S = TypeVar("S")
 ModelLimits = Mapping[str, Mapping[str, int]]  # {model id or alias: {"rpm": N, "tpm": N}}
+# A setting an update may change: a value, None to remove it, or NOT_GIVEN (the default) to leave it as it is.
+Change = Union[S, None, NotGiven]
 
 
 class AdminMethods:
@@ -47,14 +50,11 @@ class AdminMethods:
         """One key of the org."""
         return self._call(admin_routes.get_key(access_key_id))
 
-    def update_key(self, access_key_id: str, *, name: str | None | NotGiven = NOT_GIVEN,
-                   budget_usd: float | None | NotGiven = NOT_GIVEN, rpm: int | None | NotGiven = NOT_GIVEN,
-                   team: str | None | NotGiven = NOT_GIVEN, tpm: int | None | NotGiven = NOT_GIVEN,
-                   budget_period: str | None | NotGiven = NOT_GIVEN,
-                   models: Sequence[str] | None | NotGiven = NOT_GIVEN,
-                   model_limits: ModelLimits | None | NotGiven = NOT_GIVEN,
-                   expires_in: str | None | NotGiven = NOT_GIVEN,
-                   expires_at: str | datetime | None | NotGiven = NOT_GIVEN) -> AdminKey:
+    def update_key(self, access_key_id: str, *, name: Change[str] = NOT_GIVEN, budget_usd: Change[float] = NOT_GIVEN,
+                   rpm: Change[int] = NOT_GIVEN, team: Change[str] = NOT_GIVEN, tpm: Change[int] = NOT_GIVEN,
+                   budget_period: Change[str] = NOT_GIVEN, models: Change[Sequence[str]] = NOT_GIVEN,
+                   model_limits: Change[ModelLimits] = NOT_GIVEN, expires_in: Change[str] = NOT_GIVEN,
+                   expires_at: Change[str | datetime] = NOT_GIVEN) -> AdminKey:
         """Change a key's settings (None removes a limit, a team, an expiry); only the arguments given are sent."""
         return self._call(admin_routes.update_key(access_key_id, dict(
             name=name, budget_usd=budget_usd, rpm=rpm, team=team, tpm=tpm, budget_period=budget_period,
@@ -87,10 +87,9 @@ class AdminMethods:
         """One team of the org."""
         return self._call(admin_routes.get_team(name))
 
-    def update_team(self, name: str, *, budget_usd: float | None | NotGiven = NOT_GIVEN,
-                    budget_period: str | None | NotGiven = NOT_GIVEN, rpm: int | None | NotGiven = NOT_GIVEN,
-                    tpm: int | None | NotGiven = NOT_GIVEN, models: Sequence[str] | None | NotGiven = NOT_GIVEN,
-                    model_limits: ModelLimits | None | NotGiven = NOT_GIVEN) -> Team:
+    def update_team(self, name: str, *, budget_usd: Change[float] = NOT_GIVEN, budget_period: Change[str] = NOT_GIVEN,
+                    rpm: Change[int] = NOT_GIVEN, tpm: Change[int] = NOT_GIVEN,
+                    models: Change[Sequence[str]] = NOT_GIVEN, model_limits: Change[ModelLimits] = NOT_GIVEN) -> Team:
         """Change a team's settings (None removes a limit); only the arguments given are sent."""
         return self._call(admin_routes.update_team(name, dict(
             budget_usd=budget_usd, budget_period=budget_period, rpm=rpm, tpm=tpm, models=models,
@@ -150,14 +149,12 @@ class AsyncAdminMethods:
         """One key of the org."""
         return await self._call(admin_routes.get_key(access_key_id))
 
-    async def update_key(self, access_key_id: str, *, name: str | None | NotGiven = NOT_GIVEN,
-                         budget_usd: float | None | NotGiven = NOT_GIVEN, rpm: int | None | NotGiven = NOT_GIVEN,
-                         team: str | None | NotGiven = NOT_GIVEN, tpm: int | None | NotGiven = NOT_GIVEN,
-                         budget_period: str | None | NotGiven = NOT_GIVEN,
-                         models: Sequence[str] | None | NotGiven = NOT_GIVEN,
-                         model_limits: ModelLimits | None | NotGiven = NOT_GIVEN,
-                         expires_in: str | None | NotGiven = NOT_GIVEN,
-                         expires_at: str | datetime | None | NotGiven = NOT_GIVEN) -> AdminKey:
+    async def update_key(self, access_key_id: str, *, name: Change[str] = NOT_GIVEN,
+                         budget_usd: Change[float] = NOT_GIVEN, rpm: Change[int] = NOT_GIVEN,
+                         team: Change[str] = NOT_GIVEN, tpm: Change[int] = NOT_GIVEN,
+                         budget_period: Change[str] = NOT_GIVEN, models: Change[Sequence[str]] = NOT_GIVEN,
+                         model_limits: Change[ModelLimits] = NOT_GIVEN, expires_in: Change[str] = NOT_GIVEN,
+                         expires_at: Change[str | datetime] = NOT_GIVEN) -> AdminKey:
         """Change a key's settings (None removes a limit, a team, an expiry); only the arguments given are sent."""
         return await self._call(admin_routes.update_key(access_key_id, dict(
             name=name, budget_usd=budget_usd, rpm=rpm, team=team, tpm=tpm, budget_period=budget_period,
@@ -190,11 +187,10 @@ class AsyncAdminMethods:
         """One team of the org."""
         return await self._call(admin_routes.get_team(name))
 
-    async def update_team(self, name: str, *, budget_usd: float | None | NotGiven = NOT_GIVEN,
-                          budget_period: str | None | NotGiven = NOT_GIVEN, rpm: int | None | NotGiven = NOT_GIVEN,
-                          tpm: int | None | NotGiven = NOT_GIVEN,
-                          models: Sequence[str] | None | NotGiven = NOT_GIVEN,
-                          model_limits: ModelLimits | None | NotGiven = NOT_GIVEN) -> Team:
+    async def update_team(self, name: str, *, budget_usd: Change[float] = NOT_GIVEN,
+                          budget_period: Change[str] = NOT_GIVEN, rpm: Change[int] = NOT_GIVEN,
+                          tpm: Change[int] = NOT_GIVEN, models: Change[Sequence[str]] = NOT_GIVEN,
+                          model_limits: Change[ModelLimits] = NOT_GIVEN) -> Team:
         """Change a team's settings (None removes a limit); only the arguments given are sent."""
         return await self._call(admin_routes.update_team(name, dict(
             budget_usd=budget_usd, budget_period=budget_period, rpm=rpm, tpm=tpm, models=models,

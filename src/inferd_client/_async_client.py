@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import date, datetime
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import httpx
 
 from inferd_client._admin_client import AsyncAdminMethods
 from inferd_client import _routes as routes
 from inferd_client._calls import BATCH_ENDPOINT, BATCH_WINDOW, NOT_GIVEN, Call, FileSource, NotGiven
-from inferd_client._config import Settings, open_upload, poll_intervals
+from inferd_client._client_base import BatchWait, ClientBase, GenerateFrame, R, raw_call
+from inferd_client._config import open_upload
 from inferd_client._conversation_types import (Conversation, ConversationList, ConversationMessage, DeleteResult,
-                                               GenerateChunk, GenerateEvent, GenerateStart, Participant, Source,
-                                               SourceList, VectorizeResult, parse_generate_frame)
-from inferd_client._errors import APIConnectionError, APITimeoutError, WaitTimeout, error_from_response, \
-    parse_retry_after
+                                               Participant, Source, SourceList, VectorizeResult, parse_generate_frame)
 from inferd_client._me_types import Me
 from inferd_client._retry import RetryPolicy
 from inferd_client._streaming import AsyncStream
@@ -25,11 +22,8 @@ from inferd_client._types import (Batch, BatchPage, ChatCompletion, ChatCompleti
                                   ExchangeResult, FileDeleted, FileObject, ImagesResponse, ModelList, RerankResponse,
                                   TokenCount, Transcription, UsagePage, UsageSummary, VoiceList)
 
-R = TypeVar("R")
-GenerateFrame = GenerateStart | GenerateChunk | GenerateEvent
 
-
-class AsyncClient(AsyncAdminMethods):
+class AsyncClient(ClientBase[httpx.AsyncClient], AsyncAdminMethods):
     """Asynchronous client with the same methods and retry policy as `Client`.
 
     Use it as an async context manager, or `await client.close()`. The /v1/admin methods (an admin
@@ -39,12 +33,7 @@ class AsyncClient(AsyncAdminMethods):
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  max_attempts: int | None = None, retry: RetryPolicy | None = None,
                  headers: Mapping[str, str] | None = None, http_client: httpx.AsyncClient | None = None) -> None:
-        self._settings = Settings.build(base_url, api_key, timeout, max_attempts, retry)
-        self.base_url = self._settings.base_url
-        self.retry = self._settings.retry
-        self._owns_http = http_client is None
-        self._http = http_client or httpx.AsyncClient(timeout=timeout)
-        self._headers = self._settings.headers(headers)
+        super().__init__(base_url, api_key, timeout, max_attempts, retry, headers, http_client, httpx.AsyncClient)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -62,9 +51,6 @@ class AsyncClient(AsyncAdminMethods):
     async def _sleep(self, seconds: float) -> None:
         await (self.retry.async_sleep or asyncio.sleep)(seconds)
 
-    def _request(self, call: Call[Any], upload: Any) -> httpx.Request:
-        return self._http.build_request(**self._settings.request_args(call, self._headers, upload))
-
     async def _send(self, call: Call[Any], *, stream: bool = False) -> httpx.Response:
         """Send `call`, retrying reads per the policy; returns a successful response or raises."""
         attempt = 0
@@ -74,25 +60,14 @@ class AsyncClient(AsyncAdminMethods):
                 try:
                     response = await self._http.send(self._request(call, upload), stream=stream)
                 except httpx.TransportError as exc:
-                    error = (APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError)(
-                        f"{call.method} {call.path}: {exc or type(exc).__name__}")
-                    delay = self.retry.delay_after_connection_error(attempt) if call.read else None
-                    if delay is None:
-                        raise error from exc
-                    await self._sleep(delay)
+                    await self._sleep(self._delay_after_transport_error(call, exc, attempt))
                     continue
             if response.status_code < 400:
                 return response
             if stream:
                 await response.aread()
                 await response.aclose()
-            failure = error_from_response(response)
-            delay = (self.retry.delay_after_status(attempt, response.status_code,
-                                                   parse_retry_after(response.headers.get("retry-after")))
-                     if call.read else None)
-            if delay is None:
-                raise failure
-            await self._sleep(delay)
+            await self._sleep(self._delay_after_status(call, response, attempt))
 
     async def _call(self, call: Call[R]) -> R:
         return call.parse(await self._send(call))
@@ -104,10 +79,7 @@ class AsyncClient(AsyncAdminMethods):
                       data: Mapping[str, str] | None = None, read: bool | None = None) -> httpx.Response:
         """Any route, raw: `path` is relative to the base URL; errors are raised like every call.
         Retried only when `read` (default: the method is GET)."""
-        method = method.upper()
-        call = Call(method, path, lambda r: r, read=method == "GET" if read is None else read, params=params,
-                    json=json, data=data)
-        return await self._send(call)
+        return await self._send(raw_call(method, path, params, json, data, read))
 
     # --- inference ----------------------------------------------------------------------------
 
@@ -178,13 +150,6 @@ class AsyncClient(AsyncAdminMethods):
         """The calling application or admin key: its org, team, models, expiry, and what is left of
         every window and budget it falls under (reading it takes a slot of its rpm windows)."""
         return await self._call(routes.me())
-
-    def with_api_key(self, api_key: str) -> "AsyncClient":
-        """A client sharing this one's settings and connection pool, with another key (for example a user key)."""
-        other = AsyncClient(self.base_url, api_key, timeout=self._settings.timeout, retry=self.retry,
-                       http_client=self._http)
-        other._headers = {**self._headers, "Authorization": f"Bearer {api_key}"}
-        return other
 
     # --- conversations and sources (user-scoped key) ------------------------------------------
 
@@ -304,15 +269,10 @@ class AsyncClient(AsyncAdminMethods):
         Waits `poll_interval` (5 s) after the first look, doubling up to `max_interval` (30 s).
         `on_progress` sees every polled state. Past `timeout` seconds raises `WaitTimeout`.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        intervals = poll_intervals(poll_interval, max_interval)
+        wait = BatchWait(batch_id, poll_interval, max_interval, timeout, on_progress)
         while True:
             batch = await self.get_batch(batch_id)
-            if on_progress is not None:
-                on_progress(batch)
-            if not batch.is_live:
+            delay = wait.delay_after(batch)
+            if delay is None:
                 return batch
-            delay = next(intervals)
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise WaitTimeout(f"batch {batch_id} still {batch.status} after {timeout} s", batch)
             await sleep(delay)

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import time
 from datetime import date, datetime
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import httpx
 
 from inferd_client._admin_client import AdminMethods
 from inferd_client import _routes as routes
 from inferd_client._calls import BATCH_ENDPOINT, BATCH_WINDOW, NOT_GIVEN, Call, FileSource, NotGiven
-from inferd_client._config import Settings, open_upload, poll_intervals
+from inferd_client._client_base import BatchWait, ClientBase, GenerateFrame, R, raw_call
+from inferd_client._config import open_upload
 from inferd_client._conversation_types import (Conversation, ConversationList, ConversationMessage, DeleteResult,
-                                               GenerateChunk, GenerateEvent, GenerateStart, Participant, Source,
-                                               SourceList, VectorizeResult, parse_generate_frame)
-from inferd_client._errors import APIConnectionError, APITimeoutError, WaitTimeout, error_from_response, \
-    parse_retry_after
+                                               Participant, Source, SourceList, VectorizeResult, parse_generate_frame)
 from inferd_client._me_types import Me
 from inferd_client._retry import RetryPolicy
 from inferd_client._streaming import Stream
@@ -24,11 +22,8 @@ from inferd_client._types import (Batch, BatchPage, ChatCompletion, ChatCompleti
                                   ExchangeResult, FileDeleted, FileObject, ImagesResponse, ModelList, RerankResponse,
                                   TokenCount, Transcription, UsagePage, UsageSummary, VoiceList)
 
-R = TypeVar("R")
-GenerateFrame = GenerateStart | GenerateChunk | GenerateEvent
 
-
-class Client(AdminMethods):
+class Client(ClientBase[httpx.Client], AdminMethods):
     """Synchronous client. `base_url` is the server root (a trailing `/v1` is accepted too).
 
     Reads (GET, and the free `count_tokens`) are retried on 429, 5xx and connection failures
@@ -40,12 +35,7 @@ class Client(AdminMethods):
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  max_attempts: int | None = None, retry: RetryPolicy | None = None,
                  headers: Mapping[str, str] | None = None, http_client: httpx.Client | None = None) -> None:
-        self._settings = Settings.build(base_url, api_key, timeout, max_attempts, retry)
-        self.base_url = self._settings.base_url
-        self.retry = self._settings.retry
-        self._owns_http = http_client is None
-        self._http = http_client or httpx.Client(timeout=timeout)
-        self._headers = self._settings.headers(headers)
+        super().__init__(base_url, api_key, timeout, max_attempts, retry, headers, http_client, httpx.Client)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -60,9 +50,6 @@ class Client(AdminMethods):
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def _request(self, call: Call[Any], upload: Any) -> httpx.Request:
-        return self._http.build_request(**self._settings.request_args(call, self._headers, upload))
-
     def _send(self, call: Call[Any], *, stream: bool = False) -> httpx.Response:
         """Send `call`, retrying reads per the policy; returns a successful response or raises."""
         attempt = 0
@@ -72,25 +59,14 @@ class Client(AdminMethods):
                 try:
                     response = self._http.send(self._request(call, upload), stream=stream)
                 except httpx.TransportError as exc:
-                    error = (APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError)(
-                        f"{call.method} {call.path}: {exc or type(exc).__name__}")
-                    delay = self.retry.delay_after_connection_error(attempt) if call.read else None
-                    if delay is None:
-                        raise error from exc
-                    self.retry.sleep(delay)
+                    self.retry.sleep(self._delay_after_transport_error(call, exc, attempt))
                     continue
             if response.status_code < 400:
                 return response
             if stream:
                 response.read()
                 response.close()
-            failure = error_from_response(response)
-            delay = (self.retry.delay_after_status(attempt, response.status_code,
-                                                   parse_retry_after(response.headers.get("retry-after")))
-                     if call.read else None)
-            if delay is None:
-                raise failure
-            self.retry.sleep(delay)
+            self.retry.sleep(self._delay_after_status(call, response, attempt))
 
     def _call(self, call: Call[R]) -> R:
         return call.parse(self._send(call))
@@ -102,10 +78,7 @@ class Client(AdminMethods):
                 data: Mapping[str, str] | None = None, read: bool | None = None) -> httpx.Response:
         """Any route, raw: `path` is relative to the base URL; errors are raised like every call.
         Retried only when `read` (default: the method is GET)."""
-        method = method.upper()
-        call = Call(method, path, lambda r: r, read=method == "GET" if read is None else read, params=params,
-                    json=json, data=data)
-        return self._send(call)
+        return self._send(raw_call(method, path, params, json, data, read))
 
     # --- inference ----------------------------------------------------------------------------
 
@@ -176,13 +149,6 @@ class Client(AdminMethods):
         """The calling application or admin key: its org, team, models, expiry, and what is left of
         every window and budget it falls under (reading it takes a slot of its rpm windows)."""
         return self._call(routes.me())
-
-    def with_api_key(self, api_key: str) -> "Client":
-        """A client sharing this one's settings and connection pool, with another key (for example a user key)."""
-        other = Client(self.base_url, api_key, timeout=self._settings.timeout, retry=self.retry,
-                       http_client=self._http)
-        other._headers = {**self._headers, "Authorization": f"Bearer {api_key}"}
-        return other
 
     # --- conversations and sources (user-scoped key) ------------------------------------------
 
@@ -300,15 +266,10 @@ class Client(AdminMethods):
         Waits `poll_interval` (5 s) after the first look, doubling up to `max_interval` (30 s).
         `on_progress` sees every polled state. Past `timeout` seconds raises `WaitTimeout`.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        intervals = poll_intervals(poll_interval, max_interval)
+        wait = BatchWait(batch_id, poll_interval, max_interval, timeout, on_progress)
         while True:
             batch = self.get_batch(batch_id)
-            if on_progress is not None:
-                on_progress(batch)
-            if not batch.is_live:
+            delay = wait.delay_after(batch)
+            if delay is None:
                 return batch
-            delay = next(intervals)
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise WaitTimeout(f"batch {batch_id} still {batch.status} after {timeout} s", batch)
             sleep(delay)

@@ -25,10 +25,10 @@ class ConversationMessage(APIObject):
     message: str | None = None
     reasoning_content: str | None = None
     role: str = ""
+    model_name: str | None = None  # the model that wrote an assistant message
     created_at: str = ""
     is_read: bool | None = None
     attachments: list[Any] = dataclasses.field(default_factory=list)
-    model_name: str | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
     tool_status: str | None = None

@@ -42,12 +42,8 @@ class APIError(InferdClientError):
     def __init__(self, message: str, *, status: int | None, type: str | None = None, code: str | int | None = None,
                  param: str | None = None, body: Any = None, headers: httpx.Headers | None = None) -> None:
         super().__init__(message)
-        self.message = message
-        self.status = status
-        self.type = type
-        self.code = code
-        self.param = param
-        self.body = body
+        self.message, self.status, self.type, self.code, self.param = message, status, type, code, param
+        self.body = body  # the decoded error body (or its text when it is not JSON)
         self.headers = headers if headers is not None else httpx.Headers()
 
     def __str__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, AsyncIterator, Callable, Generic, Iterator, TypeVar
 
 import httpx
@@ -14,6 +15,15 @@ T = TypeVar("T")
 
 def _ended_early() -> APIConnectionError:
     return APIConnectionError("the stream ended before its [DONE] terminator")
+
+
+@contextlib.contextmanager
+def _reading() -> Iterator[None]:
+    """Around the reading of a stream: a connection that breaks is an `APIConnectionError`."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        raise APIConnectionError(f"the stream broke: {exc}") from exc
 
 
 class Stream(Generic[T]):
@@ -30,13 +40,11 @@ class Stream(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         try:
-            for event in iter_events(self.response.iter_bytes()):
-                payload = decode_frame(event)
-                if payload is None:
-                    return
-                yield self._decode(payload)
-        except httpx.TransportError as exc:
-            raise APIConnectionError(f"the stream broke: {exc}") from exc
+            with _reading():
+                for event in iter_events(self.response.iter_bytes()):
+                    if (payload := decode_frame(event)) is None:
+                        return
+                    yield self._decode(payload)
         finally:
             self.response.close()
         raise _ended_early()
@@ -61,13 +69,11 @@ class AsyncStream(Generic[T]):
 
     async def __aiter__(self) -> AsyncIterator[T]:
         try:
-            async for event in aiter_events(self.response.aiter_bytes()):
-                payload = decode_frame(event)
-                if payload is None:
-                    return
-                yield self._decode(payload)
-        except httpx.TransportError as exc:
-            raise APIConnectionError(f"the stream broke: {exc}") from exc
+            with _reading():
+                async for event in aiter_events(self.response.aiter_bytes()):
+                    if (payload := decode_frame(event)) is None:
+                        return
+                    yield self._decode(payload)
         finally:
             await self.response.aclose()
         raise _ended_early()

@@ -219,13 +219,14 @@ class UsageRow(APIObject):
     user_id: str | None = None
     model: str = ""
     workspace: str = ""
+    # the call: how long it took, how it ended, when; then what it was metered
+    latency_ms: int = 0
+    status_code: int = 0
+    created_at: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0
-    latency_ms: int = 0
-    status_code: int = 0
     cost_usd: float = 0.0
-    created_at: str = ""
     team_id: int | None = None
     team: str | None = None  # the team's name
     metadata: dict[str, str] | None = None
