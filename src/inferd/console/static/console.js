@@ -97,6 +97,64 @@ const format = {
   },
 };
 
+// --- what the pages share -------------------------------------------------------------------
+
+/** The dialogs of a page (spread into its component): each has an x-ref, `formDialog` (create and
+ * edit) or `confirmDialog` (index.html's confirm-dialog, asking what the component's `confirmation`
+ * says); `submit(work)` runs a dialog's request, its failure shown in the dialog. */
+const dialogs = {
+  busy: false,
+  dialogError: "",
+  confirming: null, // what the confirmation dialog asks about: the key to revoke, the team to delete
+
+  /** The create-and-edit dialog's submit button; the component's `creating` says which. */
+  submitLabel() {
+    return this.creating ? "Create" : "Save";
+  },
+  closeDialog(ref) {
+    this.$refs[ref].close();
+  },
+  askConfirm(item) {
+    this.confirming = item;
+    this.dialogError = "";
+    this.$refs.confirmDialog.showModal();
+  },
+  /** The name of what the confirmation dialog asks about (its `confirmation.subject` field). */
+  confirmName() {
+    return this.confirming ? this.confirming[this.confirmation.subject] : "";
+  },
+  /** An element of the confirmation dialog: revoke-confirm, team-delete-cancel, ... */
+  confirmId(name) {
+    return `${this.confirmation.ids}-${name}`;
+  },
+  async submit(work) {
+    this.busy = true;
+    this.dialogError = "";
+    try {
+      await work();
+    } catch (failure) {
+      this.dialogError = failure.message;
+    } finally {
+      this.busy = false;
+    }
+  },
+};
+
+/** A page that lists what GET `path` returns in `data` (spread into its component). */
+const listing = {
+  async loadList(path, what) {
+    this.loading = true;
+    try {
+      this.items = (await api(path)).data;
+      this.error = "";
+    } catch (failure) {
+      this.error = `Could not load the ${what}: ${failure.message}`;
+    } finally {
+      this.loading = false;
+    }
+  },
+};
+
 function isoDay(date) {
   return date.toISOString().slice(0, 10);
 }
@@ -136,6 +194,19 @@ function poller(work) {
 }
 
 document.addEventListener("alpine:init", () => {
+  // `<template x-include="ID">...</template>` stands for index.html's <template id="ID">, its own
+  // content in place of that one's <slot>, evaluated in the component around it: the dialogs that
+  // the keys and teams pages share.
+  Alpine.directive("include", (el, { expression }) => {
+    const nodes = [...document.getElementById(expression).content.cloneNode(true).children];
+    const slot = nodes.map((node) => node.querySelector("slot")).find(Boolean);
+    Alpine.mutateDom(() => {
+      if (slot) slot.replaceWith(el.content);
+      el.replaceWith(...nodes);
+    });
+    nodes.forEach((node) => Alpine.initTree(node));
+  });
+
   Alpine.store("session", {
     tabs: TABS,
     signedIn: false,
@@ -199,19 +270,18 @@ document.addEventListener("alpine:init", () => {
 
   Alpine.data("keys", () => ({
     ...format,
+    ...dialogs,
+    ...listing,
     ...keyLimits(),
     periods: PERIODS,
     items: [],
     teams: [], // the org's teams, for the team select of the dialogs
     hideRevoked: false,
     loading: false,
-    busy: false,
     error: "",
-    dialogError: "",
     created: null,
     copied: false,
-    editing: null,
-    revoking: null,
+    editing: null, // the key being edited; null while creating
     draft: { models: [], limits: [] },
 
     init() {
@@ -235,8 +305,28 @@ document.addEventListener("alpine:init", () => {
     get editingId() {
       return this.editing ? this.editing.access_key_id : "";
     },
-    get revokingId() {
-      return this.revoking ? this.revoking.access_key_id : "";
+    get creating() {
+      return this.editing === null;
+    },
+    get dialogId() {
+      return this.creating ? "key-create-dialog" : "key-edit-dialog";
+    },
+    get dialogTitle() {
+      return this.creating ? "Create a key" : "Edit key ";
+    },
+    get dialogSubject() {
+      return this.editingId;
+    },
+    confirmation: {
+      dialog: "key-revoke-dialog", ids: "revoke", subject: "access_key_id", title: "Revoke key", label: "Revoke",
+      text: "Every call made with it will be refused (401) from now on. This cannot be undone.",
+    },
+    /** A field of the key dialog: create-name while creating, edit-name while editing. */
+    fieldId(name) {
+      return `${this.creating ? "create" : "edit"}-${name}`;
+    },
+    confirmed() {
+      return this.revoke();
     },
     isActive(key) {
       return !key.revoked_at;
@@ -264,19 +354,8 @@ document.addEventListener("alpine:init", () => {
       this.created = null;
       this.copied = false;
     },
-    closeDialog(ref) {
-      this.$refs[ref].close();
-    },
     async load() {
-      this.loading = true;
-      try {
-        this.items = (await api("/v1/admin/keys")).data;
-        this.error = "";
-      } catch (failure) {
-        this.error = `Could not load the keys: ${failure.message}`;
-      } finally {
-        this.loading = false;
-      }
+      await this.loadList("/v1/admin/keys", "keys");
       await this.loadTeams();
     },
     /** The org's teams (before a dialog opens, so that its select lists the current ones). */
@@ -292,12 +371,13 @@ document.addEventListener("alpine:init", () => {
     },
     async openCreate() {
       await Promise.all([this.loadTeams(), this.loadCatalogue()]);
+      this.editing = null;
       this.draft = {
         type: "application", name: "", user_email: "", team: "", budget_usd: "", budget_period: "month",
         rpm: "", tpm: "", ...this.limitsDraft(null),
       };
       this.dialogError = "";
-      this.$refs.createDialog.showModal();
+      this.$refs.formDialog.showModal();
     },
     async create() {
       const body = { type: this.draft.type, budget_period: this.draft.budget_period };
@@ -317,7 +397,7 @@ document.addEventListener("alpine:init", () => {
         this.items = [shown, ...this.items];
         this.created = { access_key_id: key.access_key_id, full_key: fullKey || `${key.access_key_id}:${secret}` };
         this.copied = false;
-        this.$refs.createDialog.close();
+        this.$refs.formDialog.close();
       });
     },
     async copy() {
@@ -348,9 +428,13 @@ document.addEventListener("alpine:init", () => {
       };
       this.limitsBefore = this.limitSettings();
       this.dialogError = "";
-      this.$refs.editDialog.showModal();
+      this.$refs.formDialog.showModal();
     },
-    async save() {
+    /** The dialog's submit: create a key, or save the edited one's changes. */
+    save() {
+      return this.creating ? this.create() : this.update();
+    },
+    async update() {
       const key = this.editing;
       const body = {};
       const budget = blankOrNumber(this.draft.budget_usd, false);
@@ -367,31 +451,15 @@ document.addEventListener("alpine:init", () => {
         if (Object.keys(body).length) {
           this.replace(await api(`/v1/admin/keys/${encodeURIComponent(key.access_key_id)}`, { method: "PATCH", body }));
         }
-        this.$refs.editDialog.close();
+        this.$refs.formDialog.close();
       });
-    },
-    askRevoke(key) {
-      this.revoking = key;
-      this.dialogError = "";
-      this.$refs.revokeDialog.showModal();
     },
     async revoke() {
-      const key = this.revoking;
+      const key = this.confirming;
       await this.submit(async () => {
         this.replace(await api(`/v1/admin/keys/${encodeURIComponent(key.access_key_id)}`, { method: "DELETE" }));
-        this.$refs.revokeDialog.close();
+        this.$refs.confirmDialog.close();
       });
-    },
-    async submit(work) {
-      this.busy = true;
-      this.dialogError = "";
-      try {
-        await work();
-      } catch (failure) {
-        this.dialogError = failure.message;
-      } finally {
-        this.busy = false;
-      }
     },
   }));
 
@@ -467,6 +535,7 @@ document.addEventListener("alpine:init", () => {
     let stop = null;
     return {
       ...format,
+      ...listing,
       items: [],
       loading: false,
       error: "",
@@ -487,16 +556,8 @@ document.addEventListener("alpine:init", () => {
       destroy() {
         if (stop) stop();
       },
-      async load() {
-        this.loading = true;
-        try {
-          this.items = (await api("/v1/admin/deployments")).data;
-          this.error = "";
-        } catch (failure) {
-          this.error = `Could not load the deployments: ${failure.message}`;
-        } finally {
-          this.loading = false;
-        }
+      load() {
+        return this.loadList("/v1/admin/deployments", "deployments");
       },
     };
   });

@@ -1,4 +1,4 @@
-// The keys page's access settings, in the create and edit dialogs of
+// The keys page's access settings, in the key dialog (it creates and edits) of
 // console.js's `keys` component, which spreads keyLimits() into itself: the models a key may call
 // (ticked from the catalogue, GET /v1/models; none ticked off: all its team and org allow), its own
 // windows per model (`model_limits`: rows of model, rpm, tpm) and its expiry (a UTC date and time,

@@ -1,21 +1,20 @@
 // The console's teams page: the org's teams with their budget and its
 // period, the spend in the period under way and when it resets, rpm, tpm and models; create, edit
 // and delete (after a confirmation; refused 409 `team_in_use` while a live key belongs to the team).
-// Uses console.js's api(), format, PERIODS, blankOrNumber() and nameList().
+// Uses console.js's api(), format, dialogs, listing, PERIODS, blankOrNumber() and nameList().
 "use strict";
 
 document.addEventListener("alpine:init", () => {
   Alpine.data("teams", () => ({
     ...format,
+    ...dialogs,
+    ...listing,
     periods: PERIODS,
     items: [],
     loading: false,
-    busy: false,
     error: "",
-    dialogError: "",
     editing: null, // the team being edited; null while creating
     creating: false,
-    deleting: null,
     draft: {},
 
     init() {
@@ -24,14 +23,25 @@ document.addEventListener("alpine:init", () => {
     get empty() {
       return !this.loading && this.items.length === 0;
     },
+    get dialogId() {
+      return "team-dialog";
+    },
     get dialogTitle() {
-      return this.creating ? "Create a team" : `Edit team ${this.editing ? this.editing.name : ""}`;
+      return this.creating ? "Create a team" : "Edit team ";
     },
-    get submitLabel() {
-      return this.creating ? "Create" : "Save";
+    get dialogSubject() {
+      return this.editing ? this.editing.name : "";
     },
-    get deletingName() {
-      return this.deleting ? this.deleting.name : "";
+    confirmation: {
+      dialog: "team-delete-dialog", ids: "team-delete", subject: "name", title: "Delete team", label: "Delete",
+      text: "Its limits and budget go with it. A team is deleted only once no live key belongs to it.",
+    },
+    /** A field of the team dialog (team-name, team-budget, ...). */
+    fieldId(name) {
+      return `team-${name}`;
+    },
+    confirmed() {
+      return this.remove();
     },
     hasBudget(team) {
       return team.budget_usd !== null;
@@ -59,26 +69,15 @@ document.addEventListener("alpine:init", () => {
     modelsText(team) {
       return team.models === null ? "all the organisation's" : team.models.join(", ") || "none";
     },
-    closeDialog(ref) {
-      this.$refs[ref].close();
-    },
-    async load() {
-      this.loading = true;
-      try {
-        this.items = (await api("/v1/admin/teams")).data;
-        this.error = "";
-      } catch (failure) {
-        this.error = `Could not load the teams: ${failure.message}`;
-      } finally {
-        this.loading = false;
-      }
+    load() {
+      return this.loadList("/v1/admin/teams", "teams");
     },
     openCreate() {
       this.creating = true;
       this.editing = null;
       this.draft = { name: "", budget_usd: "", budget_period: "month", rpm: "", tpm: "", models: "" };
       this.dialogError = "";
-      this.$refs.teamDialog.showModal();
+      this.$refs.formDialog.showModal();
     },
     openEdit(team) {
       this.creating = false;
@@ -92,7 +91,7 @@ document.addEventListener("alpine:init", () => {
         models: team.models === null ? "" : team.models.join(", "),
       };
       this.dialogError = "";
-      this.$refs.teamDialog.showModal();
+      this.$refs.formDialog.showModal();
     },
     /** The settings in the dialog; when editing, only those that changed (null removes a limit). */
     settings() {
@@ -120,32 +119,16 @@ document.addEventListener("alpine:init", () => {
           const team = await api(`/v1/admin/teams/${encodeURIComponent(this.editing.name)}`, { method: "PATCH", body });
           this.items = this.items.map((item) => (item.name === team.name ? team : item));
         }
-        this.$refs.teamDialog.close();
+        this.$refs.formDialog.close();
       });
     },
-    askDelete(team) {
-      this.deleting = team;
-      this.dialogError = "";
-      this.$refs.deleteDialog.showModal();
-    },
     async remove() {
-      const name = this.deleting.name;
+      const name = this.confirming.name;
       await this.submit(async () => {
         await api(`/v1/admin/teams/${encodeURIComponent(name)}`, { method: "DELETE" });
         this.items = this.items.filter((item) => item.name !== name);
-        this.$refs.deleteDialog.close();
+        this.$refs.confirmDialog.close();
       });
-    },
-    async submit(work) {
-      this.busy = true;
-      this.dialogError = "";
-      try {
-        await work();
-      } catch (failure) {
-        this.dialogError = failure.message;
-      } finally {
-        this.busy = false;
-      }
     },
   }));
 });
