@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferd.protocol.checks import ModelName
+
 MAX_SPEECH_INPUT = 4096  # characters of `input`: a few minutes of speech
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
@@ -14,7 +16,7 @@ class SpeechRequest(BaseModel):
     """Only `model` is required by the service; the engine requires `voice` and `input`."""
 
     model_config = ConfigDict(extra="allow")
-    model: str = Field(max_length=256)
+    model: ModelName
     voice: str | None = None
     input: str | None = Field(None, max_length=MAX_SPEECH_INPUT)
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"

@@ -1,41 +1,94 @@
 """Chat completions and token counting: the wire schemas (for /openapi.json) and the checks the hot
 routes run on a parsed body, in one place. The checks are hand-written over dicts, not pydantic, so
 the hot path pays for no model construction; they check only what the spec validates and unknown
-fields are forwarded untouched. Every failure is a 400 whose message starts with the field's path."""
+fields are forwarded untouched. Every failure is a 400 whose message starts with the field's path.
+
+The schemas take their enums and limits from the constants the checks read (the roles from the
+message types), so /openapi.json says what the checks do; tests/protocol/test_openapi_agrees.py
+holds the served document to the checks, value by value."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from inferd.errors import InvalidRequest
-from inferd.protocol.checks import check_model, fail, is_int, is_number
+from inferd.protocol.checks import METADATA_LIMITS, Metadata, ModelName, check_model, fail, is_int, is_number
+
+REASONING_EFFORTS = {"off": "off", "low": "low", "medium": "medium", "high": "high", "minimal": "low", "none": "off"}
+TOOL_CHOICES = ("none", "auto", "required")
+MAX_STOP = 4
+
+# A field that may be left out but not sent as null (the checks refuse `"name": null`): optional in
+# the model, with neither a null branch nor a null default in the schema.
+Absent = SkipJsonSchema[None]
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _omitted(description: str | None = None) -> Any:
+    """The default of an `Absent` field."""
+    return Field(None, description=description, json_schema_extra=_no_default)
 
 
 class ImageURL(BaseModel):
     url: str
 
 
-class ContentPart(BaseModel):
-    type: Literal["text", "image_url"]
-    text: str | None = None
-    image_url: ImageURL | None = None
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
 
 
-class ChatMessage(BaseModel):
+class ImagePart(BaseModel):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]
+Content = Union[str, list[ContentPart]]
+
+
+class _MessageFields(BaseModel):
+    """What a message of any role may carry; fields not listed are forwarded unchanged."""
+
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
+    name: str | Absent = _omitted()
     tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = Field(None, description="Required on tool messages: the id of the call answered.")
+    tool_call_id: str | None = None
+
+
+class SystemOrUserMessage(_MessageFields):
+    role: Literal["system", "user"]
+    content: Content
+
+
+class AssistantMessage(_MessageFields):
+    role: Literal["assistant"]
+    content: Content | None = None
+
+
+class ToolMessage(_MessageFields):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str = Field(min_length=1, description="The id of the call answered.")
+
+
+MESSAGE_TYPES = (SystemOrUserMessage, AssistantMessage, ToolMessage)
+ChatMessage = Annotated[Union[MESSAGE_TYPES], Field(discriminator="role")]  # type: ignore[valid-type]
+# The roles the checks accept are the message types' roles, in this order (the 400 lists them).
+ROLES: tuple[str, ...] = tuple(role for kind in MESSAGE_TYPES
+                               for role in get_args(kind.model_fields["role"].annotation))
 
 
 class FunctionDefinition(BaseModel):
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
+    name: str = Field(min_length=1)
+    description: str | Absent = _omitted()
+    parameters: dict[str, Any] | Absent = _omitted("A JSON Schema object.")
 
 
 class Tool(BaseModel):
@@ -43,24 +96,27 @@ class Tool(BaseModel):
     function: FunctionDefinition
 
 
-ReasoningEffort = Literal["off", "low", "medium", "high", "minimal", "none"]
+ReasoningEffort = Literal[tuple(REASONING_EFFORTS)]  # type: ignore[valid-type]
+EFFORT_NOTE = "Checked against the model's `thinking` mode; `minimal` counts as `low`, `none` as `off`."
 
 
 class ChatCompletionRequest(BaseModel):
     """Fields not listed here are forwarded to the model unchanged; `metadata` never is."""
 
     model_config = ConfigDict(extra="allow")
-    model: str = Field(max_length=256)
+    model: ModelName
     messages: list[ChatMessage] = Field(min_length=1)
     temperature: float | None = None
-    top_p: float | None = Field(1.0)
+    top_p: float | None = 1.0
     max_tokens: int | None = Field(None, ge=1, description="Capped at context length minus prompt.")
-    stream: bool = False
-    stop: str | list[str] | None = Field(None, max_length=4)
+    stream: bool | None = False
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = Field(
+        None, description=f"A string, or at most {MAX_STOP} of them.")
     tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
-    reasoning_effort: ReasoningEffort | None = None
-    metadata: dict[str, str] | None = Field(None, description="Up to 16 pairs; keys 64, values 512 characters.")
+    tool_choice: Literal[TOOL_CHOICES] | dict[str, Any] | None = None  # type: ignore[valid-type]
+    reasoning_effort: ReasoningEffort | None = Field(None, description=EFFORT_NOTE)
+    metadata: Metadata | None = Field(None, description=f"Stored on the usage row, never sent to the model. "
+                                      f"{METADATA_LIMITS}")
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     seed: int | None = None
@@ -96,22 +152,18 @@ class ChatCompletionResponse(BaseModel):
 
 
 class CountTokensRequest(BaseModel):
+    """Fields not listed here are ignored."""
+
     model_config = ConfigDict(extra="allow")
-    model: str = Field(max_length=256)
+    model: ModelName
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None
-    reasoning_effort: ReasoningEffort | None = None
+    reasoning_effort: ReasoningEffort | None = Field(None, description=EFFORT_NOTE)
 
 
 class CountTokensResponse(BaseModel):
     input_tokens: int
     context_window: int | None
-
-
-ROLES = ("system", "user", "assistant", "tool")
-REASONING_EFFORTS = {"off": "off", "low": "low", "medium": "medium", "high": "high", "minimal": "low", "none": "off"}
-TOOL_CHOICES = ("none", "auto", "required")
-MAX_STOP = 4
 
 
 def _check_content(path: str, content: Any, role: str) -> None:

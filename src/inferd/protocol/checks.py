@@ -1,5 +1,7 @@
 """Checks shared by every hot route's request shape, exactly as the spec's tables say: `model`,
-`metadata`, integers. The chat request's own checks are beside its schema in `protocol/chat.py`.
+`metadata`, integers; and the schema types of `model` and `metadata` (for /openapi.json), built
+from the same limits so the document and the checks cannot drift. The chat request's own checks
+are beside its schema in `protocol/chat.py`.
 
 The hot routes parse with orjson and check only what the spec validates; everything else is
 forwarded untouched. Every failure is a 400 whose message starts with the field's path.
@@ -7,7 +9,9 @@ forwarded untouched. Every failure is a 400 whose message starts with the field'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from inferd.errors import InvalidRequest
 
@@ -15,6 +19,16 @@ MAX_MODEL_LENGTH = 256
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
+
+# What `check_model` accepts, as the schemas of the request bodies say it.
+ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_LENGTH,
+                                 description="A model's id or one of its aliases.")]
+# What `check_metadata` accepts (null too, where a schema makes it optional), and the words for it.
+Metadata = Annotated[
+    dict[Annotated[str, Field(max_length=MAX_METADATA_KEY)], Annotated[str, Field(max_length=MAX_METADATA_VALUE)]],
+    Field(max_length=MAX_METADATA_PAIRS)]
+METADATA_LIMITS = (f"Up to {MAX_METADATA_PAIRS} pairs; keys up to {MAX_METADATA_KEY} and values up to "
+                   f"{MAX_METADATA_VALUE} characters.")
 
 
 def fail(param: str, problem: str) -> InvalidRequest:

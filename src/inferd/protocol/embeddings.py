@@ -6,12 +6,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferd.protocol.checks import ModelName
+
 
 class EmbeddingRequest(BaseModel):
     """Extra fields are accepted and forwarded to the engine."""
 
     model_config = ConfigDict(extra="allow")
-    model: str = Field(max_length=256)
+    model: ModelName
     input: str | list[str]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from inferd.protocol.checks import ModelName
+
 MAX_IMAGES = 10
 MAX_SIDE = 2048  # pixels, either side
 MAX_STEPS_IN_PROCESS = 150  # on a model generated in this process; an upstream judges its own
@@ -15,7 +17,7 @@ SIZE_PATTERN = rf"^{_SIDE}x{_SIDE}$"
 
 
 class ImageGenerationRequest(BaseModel):
-    model: str = Field(max_length=256, description="Alias `t2i` resolves to the image model.")
+    model: ModelName = Field(description="Alias `t2i` resolves to the image model.")
     prompt: str = Field(min_length=1)
     size: str = Field(pattern=SIZE_PATTERN, description=f"<width>x<height>, each side at most {MAX_SIDE}")
     n: int = Field(1, ge=1, le=MAX_IMAGES)

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferd.protocol.checks import ModelName
+
 
 class ImageSource(BaseModel):
     type: Literal["base64", "url"]
@@ -79,7 +81,7 @@ class Metadata(BaseModel):
 class CountMessageTokensRequest(BaseModel):
     """The prompt part of a Messages request."""
 
-    model: str = Field(max_length=256)
+    model: ModelName
     messages: list[Message] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
     tools: list[ToolDefinition] | None = None

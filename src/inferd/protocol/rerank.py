@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from inferd.protocol.checks import ModelName
+
 
 class RerankRequest(BaseModel):
-    model: str = Field(max_length=256)
+    model: ModelName
     query: str
     documents: list[str]
     top_n: int | None = Field(None, ge=1, description="Default: all documents.")

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferd.protocol.checks import METADATA_LIMITS, Metadata, ModelName
+
 
 class InputText(BaseModel):
     type: Literal["input_text"]
@@ -76,7 +78,7 @@ class ResponsesRequest(BaseModel):
     """POST /v1/responses. Metered and billed as chat (workspace `chat`, `metadata` on the usage row)."""
 
     model_config = ConfigDict(extra="allow")
-    model: str = Field(max_length=256)
+    model: ModelName
     input: str | list[MessageItem | FunctionCallItem | FunctionCallOutputItem]
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
@@ -86,7 +88,7 @@ class ResponsesRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     stream: bool = False
-    metadata: dict[str, str] | None = Field(None, description="At most 16 pairs; stored on the usage row.")
+    metadata: Metadata | None = Field(None, description=f"Stored on the usage row. {METADATA_LIMITS}")
     store: bool = Field(True, description="Keep the response 30 days for this key (GET, previous_response_id).")
     previous_response_id: str | None = Field(None, description="Continue from a stored response of this key.")
     reasoning: Reasoning | None = None
