@@ -2,7 +2,7 @@
 
 Scores span-exact: a found value counts only when its kind and its exact characters are a
 labelled entity's; anything else found is a false positive of its kind, and a labelled entity not
-found exactly is missed. Prints one table per split (`tune`, `heldout`, `all`) and exits 1 when a
+found exactly is missed. Prints one table per split (`tune`, `heldout`, `fresh`, `all`) and exits 1 when a
 kind is under --min (98%) on the whole set.
 
     .venv/bin/python bench/pii_eval.py [--set bench/pii_eval/set.jsonl] [--min 0.98] [--show]
@@ -84,7 +84,7 @@ def main() -> int:
     args = parser.parse_args()
     records = load(args.set)
     failing = []
-    for name in ("tune", "heldout", "all"):
+    for name in ("tune", "heldout", "fresh", "all"):
         part = [r for r in records if name == "all" or r["split"] == name]
         table = score(part, show=args.show and name != "all")
         print_table(name, part, table)

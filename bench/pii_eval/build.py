@@ -3,7 +3,8 @@
 Written before the detector was tuned, from values of real formats: phone numbers as each country
 prints them (national and international), IBANs and card numbers whose check digits are computed
 here, and near-misses that must not match. Every fourth record is held out (`split`: `heldout`):
-the detector was never tuned on those. Secrets are random strings of each vendor's shape, not real
+the detector was never tuned on those. The `fresh` records were written by hand after tuning, in
+other phrasings, and are scored as they came. Secrets are random strings of each vendor's shape, not real
 keys. Deterministic: the same file every run.
 """
 
@@ -279,6 +280,54 @@ for text in NEAR_MISSES:
 for index, record in enumerate(records):
     record["id"] = index
     record["split"] = "heldout" if index % 4 == 3 else "tune"
+
+# --- fresh: written by hand after tuning, in other phrasings, and scored as they came -------------
+FRESH: list[tuple[str, list[tuple[str, str]]]] = [
+    ("Ring the Dublin office: +353 (0)1 677 0095 or mobile 087 123 4567.",
+     [("phone", "+353 (0)1 677 0095"), ("phone", "087 123 4567")]),  # Irish national: not a default region
+    ("Neue Nummer ab Montag: 0171 9876543 (privat), Büro 089 / 2180 0",
+     [("phone", "0171 9876543"), ("phone", "089 / 2180 0")]),
+    ("appelez le 01.45.67.89.10 ou le +33 (0)6 98 76 54 32", [("phone", "01.45.67.89.10"), ("phone", "+33 (0)6 98 76 54 32")]),
+    ("US support: 1 (888) 452-1505 ext. 4", [("phone", "1 (888) 452-1505")]),
+    ("whatsapp +55 (21) 98765-4321 pls", [("phone", "+55 (21) 98765-4321")]),
+    ("Tokyo HQ +81-3-3224-9999", [("phone", "+81-3-3224-9999")]),
+    ("Send invoices to accounts.payable+vendor-17@finance.example-group.com thanks",
+     [("email", "accounts.payable+vendor-17@finance.example-group.com")]),
+    ("Reply-To: \"Ops\" <ops.oncall@eu-west.internal.example.io>", [("email", "ops.oncall@eu-west.internal.example.io")]),
+    ("Mailto:priya.r@iitb.ac.in;cc:t.nguyen@example.vn", [("email", "priya.r@iitb.ac.in"), ("email", "t.nguyen@example.vn")]),
+    ("pay by amex 3782 822463 10005 please", [("credit_card", "3782 822463 10005")]),
+    ("CARD:5105-1051-0510-5100 EXP:11/26 CVC:123", [("credit_card", "5105-1051-0510-5100")]),
+    ("visa ending ...1111 (full 4012 8888 8888 1881)", [("credit_card", "4012 8888 8888 1881")]),
+    ("Überweisung an AT61 1904 3002 3457 3201, Verwendungszweck 2024-117", [("iban", "AT61 1904 3002 3457 3201")]),
+    ("IBAN:BE68539007547034.", [("iban", "BE68539007547034")]),
+    ("rekening NL91 ABNA 0417 1643 00 t.n.v. J. de Vries", [("iban", "NL91 ABNA 0417 1643 00")]),
+    ("my ssn is 536-22-8145 and dob 04/12/1979", [("us_ssn", "536-22-8145")]),
+    ("[2026-11-27 10:01:22] 401 from 198.51.100.23 (ua curl/8.4.0)", [("ip_address", "198.51.100.23")]),
+    ("listen [::]:8080 and [2001:db8:1::5]:443", [("ip_address", "::"), ("ip_address", "2001:db8:1::5")]),
+    ("bind 0.0.0.0 port 5432", [("ip_address", "0.0.0.0")]),
+    ("export GITHUB_TOKEN=ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8", [("secret", "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8")]),
+    ("curl -H 'Authorization: Bearer sk-" + "Xy7Qp2Lm9Nv4Rt6Ws8Ka1Bd3Fg5Hj0Zc2Ve4Tu6Io8Pa1Sd3" + "'",
+     [("secret", "sk-Xy7Qp2Lm9Nv4Rt6Ws8Ka1Bd3Fg5Hj0Zc2Ve4Tu6Io8Pa1Sd3")]),
+    ("Flight LH 2024 departs 17:45 from gate B12", []),
+    ("The part number is 0451-203-117 (Bosch)", []),
+    ("see RFC 7231 section 6.5.1 and RFC 9110", []),
+    ("ISBN-10 3-598-21508-8, ISBN-13 978-3-598-21508-5", []),
+    ("Latitude 40.7128, longitude -74.0060", []),
+    ("Kernel 6.8.0-45-generic on Ubuntu 24.04.1", []),
+    ("Your verification code is 482 913.", []),
+    ("Total 1.234.567 units shipped in 2023", []),
+    ("Call the function foo::bar::baz() twice", []),
+    ("IBAN DE00 1234 5678 9012 3456 78 is an example with a wrong check", []),
+    ("test card 4242 4242 4242 4241 (bad check digit)", []),
+    ("docs at https://example.com/v2/users/123456789/orders", []),
+    ("Wait 10-15 minutes, then retry 3 times", []),
+    ("dimensions 1920x1080, 60 Hz, 27 inch", []),
+    ("sha512 cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce", []),
+]  # fmt: skip
+for text, entities in FRESH:
+    add(text, *entities, note="fresh" if entities else "fresh near-miss")
+    records[-1]["id"] = len(records) - 1
+    records[-1]["split"] = "fresh"
 
 with open(HERE / "set.jsonl", "w", encoding="utf-8") as out:
     for record in records:

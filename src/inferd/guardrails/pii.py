@@ -236,11 +236,12 @@ def _check_secret(text: str, start: int, end: int) -> Iterable[tuple[int, int]]:
 # What a number written without `+` must not look like, or follow: a date, an SSN, a bare run of
 # digits with no trunk `0`, or a word naming another kind of number (`order no.`, `ISBN`, `ID`).
 _NOT_A_PHONE = re.compile(
-    r"\d{1,2}[./\-]\d{1,2}[./\-]\d{2,4}|\d{4}[./\-]\d{1,2}[./\-]\d{1,2}|\d{3}[\- ]\d{2}[\- ]\d{4}|[1-9]\d*"
+    r"\d{1,2}[./\-]\d{1,2}[./\-]\d{2}|\d{3}[\- ]\d{2}[\- ]\d{4}|[1-9]\d*"
+    r"|(?:\d{4}[./\-]\d{1,2}[./\-]\d{1,2}|\d{1,2}[./\-]\d{1,2}[./\-]\d{4})(?!\d).*"  # a date, then a time
 )
 _NUMBER_WORD = re.compile(
     r"(?:\b(?:order|isbn(?:-1[03])?|id|invoice|inv|ref|reference|case|ticket|account|acct|tracking|po|"
-    r"customer|serial|item|sku)\.?(?:\s(?:number|no\.?|nr\.?|id))?:?\s{0,2}(?:is\s{1,2}|#\s?)?|#\s?)$",
+    r"customer|serial|item|sku|part|model|art|article)\.?(?:\s(?:number|no\.?|nr\.?|id))?:?\s{0,2}(?:is\s{1,2}|#\s?)?|#\s?)$",
     re.IGNORECASE,
 )
 

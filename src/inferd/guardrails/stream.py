@@ -54,7 +54,8 @@ class StreamRedactor:
     def feed(self, chunk: str) -> str:
         """The redacted text that ``chunk`` settles (possibly empty)."""
         self._buf += chunk
-        return self._advance(len(self._buf) - self.max_span + 1)
+        # Nothing to find (no kinds, no deny patterns): max_span is 0 and everything is settled.
+        return self._advance(len(self._buf) - max(self.max_span - 1, 0))
 
     def flush(self) -> str:
         """The rest, at the end of the stream."""
