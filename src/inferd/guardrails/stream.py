@@ -76,7 +76,9 @@ class StreamRedactor:
             for start, end in raw:
                 if start < point < end:
                     point, moved = start, True
-        drop = max(0, point - CONTEXT)
+        # CONTEXT characters before the point for the checks, and one more for a `\b` at the edge
+        # of their window.
+        drop = max(0, point - CONTEXT - 1)
         self._buf = buf[drop:]
         self._scan = point - drop
         self._cursor -= drop
