@@ -24,13 +24,15 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-from inferd.guardrails.pii import CONTEXT, Detector, render, sort_key
+from inferd.guardrails.pii import CONTEXT, PLACEHOLDERS, Detector, render, sort_key
+
+_PLACEHOLDERS = frozenset(PLACEHOLDERS.values())
 
 
 class StreamRedactor:
     """Feed chunks in order, then ``flush`` once; join what both return for the redacted text."""
 
-    __slots__ = ("_detector", "max_span", "_buf", "_scan", "_cursor")
+    __slots__ = ("_detector", "max_span", "_buf", "_scan", "_cursor", "found")
 
     def __init__(
         self,
@@ -45,6 +47,7 @@ class StreamRedactor:
         self._buf = ""  # text from CONTEXT characters before the scan point on
         self._scan = 0  # where scanning resumes: no candidate crosses it
         self._cursor = 0  # the first character neither emitted nor covered by an emitted placeholder
+        self.found = 0  # matches replaced so far (a `block` guardrail stops the stream at the first)
 
     @property
     def held(self) -> int:
@@ -68,6 +71,7 @@ class StreamRedactor:
         raw, matches = self._detector.scan(buf, self._scan)
         out: list[str] = []
         self._cursor = render(buf, sorted(matches, key=sort_key), self._cursor, settled, out)
+        self.found += sum(1 for piece in out if piece in _PLACEHOLDERS)
         # The next scan starts where no candidate crosses, at or before what is settled.
         point = min(self._cursor, settled)
         moved = True
