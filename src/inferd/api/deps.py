@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from fastapi import Request
 
@@ -27,42 +27,35 @@ async def caller_key(request: Request) -> KeyRecord:
     return key
 
 
-async def _admitted_key(request: Request, metered: bool) -> KeyRecord:
+async def _admitted(request: Request, require: Callable[[KeyRecord], None], metered: bool) -> KeyRecord:
+    """The caller's key, of a type `require` lets through, past the rate limits (and, `metered`, the budget)."""
     svc = services(request)
     key = await caller_key(request)
-    require_long_lived(key)
+    require(key)
     await svc.limits.admit(key, metered=metered)
     return key
 
 
 async def long_lived_key(request: Request) -> KeyRecord:
     """An application or admin key, rate limited, on a route that is never metered (no 402)."""
-    return await _admitted_key(request, metered=False)
+    return await _admitted(request, require_long_lived, metered=False)
 
 
 async def metered_key(request: Request) -> KeyRecord:
     """An application or admin key on a metered route: rate limit, then the monthly budget."""
-    return await _admitted_key(request, metered=True)
-
-
-async def _admitted_user_key(request: Request, metered: bool) -> KeyRecord:
-    svc = services(request)
-    key = await caller_key(request)
-    require_user_key(key)
-    await svc.limits.admit(key, metered=metered)
-    return key
+    return await _admitted(request, require_long_lived, metered=True)
 
 
 async def user_key(request: Request) -> KeyRecord:
     """A live user-scoped key (403 `user_key_required` otherwise), rate limited, never 402."""
-    return await _admitted_user_key(request, metered=False)
+    return await _admitted(request, require_user_key, metered=False)
 
 
 async def metered_user_key(request: Request) -> KeyRecord:
     """A user-scoped key on a metered user route (generate): rate limit, then the parent's budget.
     Vectorize is not one (the spec lists no 402 for it): its embedding
     is charged to the parent key but never refused for the budget."""
-    return await _admitted_user_key(request, metered=True)
+    return await _admitted(request, require_user_key, metered=True)
 
 
 async def admin_key(request: Request) -> KeyRecord:

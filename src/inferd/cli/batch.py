@@ -39,6 +39,15 @@ def _show(batch: Batch) -> None:
     click.echo(json.dumps(batch.to_dict(), indent=2))
 
 
+def _show_after(base_url: str, api_key: str, call: Callable[[Client, str], Batch], batch_id: str) -> None:
+    """Print the batch a call about one batch (get, cancel) answers with."""
+    try:
+        with _client(base_url, api_key) as client:
+            _show(call(client, batch_id))
+    except InferdClientError as exc:
+        raise _fail(exc) from None
+
+
 @click.group()
 def batch() -> None:
     """Submit and follow batches of chat completions (50% price, 24 h window)."""
@@ -141,11 +150,7 @@ def _take(batches: Iterator[Batch], most: int | None) -> Iterator[Batch]:
 @_connection_options
 def get(batch_id: str, base_url: str, api_key: str) -> None:
     """One batch, as JSON."""
-    try:
-        with _client(base_url, api_key) as client:
-            _show(client.get_batch(batch_id))
-    except InferdClientError as exc:
-        raise _fail(exc) from None
+    _show_after(base_url, api_key, Client.get_batch, batch_id)
 
 
 @batch.command()
@@ -153,8 +158,4 @@ def get(batch_id: str, base_url: str, api_key: str) -> None:
 @_connection_options
 def cancel(batch_id: str, base_url: str, api_key: str) -> None:
     """Cancel a batch (`cancelling` while its lines in flight drain, else `cancelled`)."""
-    try:
-        with _client(base_url, api_key) as client:
-            _show(client.cancel_batch(batch_id))
-    except InferdClientError as exc:
-        raise _fail(exc) from None
+    _show_after(base_url, api_key, Client.cancel_batch, batch_id)

@@ -12,7 +12,7 @@ the audit entry says so (`linked_user: true`).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -69,6 +69,19 @@ async def create_key(engine: AsyncEngine, org_slug: str, key_type: str, name: st
                            org_id=org.id, name=name, user_id=user_id, budget_usd=budget_usd, rpm=rpm, audit=audit,
                            **settings)
     return access_key_id, secret
+
+
+def model_limit_options(whose: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--model-limit` and `--no-model-limit` of `keys update` and `teams update` (`whose`: key or team),
+    read by governance.model_limit_changes."""
+
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option("--no-model-limit", "no_model_limit", multiple=True, metavar="MODEL",
+                               help=f"Remove the {whose}'s windows on one model (repeat for several).")(command)
+        return click.option("--model-limit", "model_limit", multiple=True, metavar="MODEL:rpm=N,tpm=N",
+                            help=f"The {whose}'s own windows on one model (id or alias; repeat for several).")(command)
+
+    return add
 
 
 @click.group()
@@ -180,10 +193,7 @@ def rotate(access_key_id: str, grace: str, as_json: bool) -> None:
 @click.option("--no-models", is_flag=True, help="Allow every model its team and org allow.")
 @click.option("--expires-in", default=None, help="Expire the key this long from now: 30d, 12h, 15m.")
 @click.option("--no-expiry", is_flag=True, help="The key never expires.")
-@click.option("--model-limit", "model_limit", multiple=True, metavar="MODEL:rpm=N,tpm=N",
-              help="The key's own windows on one model (id or alias; repeat for several).")
-@click.option("--no-model-limit", "no_model_limit", multiple=True, metavar="MODEL",
-              help="Remove the key's windows on one model (repeat for several).")
+@model_limit_options("key")
 def update(access_key_id: str, name: str | None, budget_usd: float | None, no_budget: bool,
            budget_period: str | None, rpm: int | None, no_rpm: bool, tpm: int | None, no_tpm: bool,
            team: str | None, no_team: bool, models: str | None, no_models: bool, expires_in: str | None,

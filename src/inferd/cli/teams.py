@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from inferd.cli.common import run_with_db, settings_from_env
 from inferd.cli.governance import (PERIOD, PERIOD_HELP, catalogue_names, merged_model_limits, model_limit_changes,
                                    model_list, org_team, refusals)
+from inferd.cli.keys import model_limit_options
 from inferd.limits.periods import since
 from inferd.services.admin_teams import team_object, team_settings
 from inferd.services.model_lists import NamesOf
@@ -84,10 +85,7 @@ def create(org_and_team: str, budget_usd: float | None, budget_period: str | Non
 @click.option("--no-rpm", is_flag=True, help="Remove the requests-per-minute limit.")
 @click.option("--no-tpm", is_flag=True, help="Remove the tokens-per-minute limit.")
 @click.option("--no-models", is_flag=True, help="Allow every model the org allows.")
-@click.option("--model-limit", "model_limit", multiple=True, metavar="MODEL:rpm=N,tpm=N",
-              help="The team's own windows on one model (id or alias; repeat for several).")
-@click.option("--no-model-limit", "no_model_limit", multiple=True, metavar="MODEL",
-              help="Remove the team's windows on one model (repeat for several).")
+@model_limit_options("team")
 def update(org_and_team: str, budget_usd: float | None, budget_period: str | None, rpm: int | None,
            tpm: int | None, models: str | None, no_budget: bool, no_rpm: bool, no_tpm: bool, no_models: bool,
            model_limit: tuple[str, ...], no_model_limit: tuple[str, ...]) -> None:

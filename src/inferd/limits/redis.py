@@ -31,6 +31,17 @@ end
 return 0
 """
 
+# The first lines of the admission and of the remaining count: the arguments both read and Redis's
+# clock (microseconds, and the second the token hashes' fields are named by).
+_WINDOWS_NOW = """
+local window = tonumber(ARGV[1])
+local n = tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local second = tonumber(t[1])
+local window_s = math.floor(window / 1000000)
+"""
+
 # Every check of the corridor in one round trip. ARGV: window (us), a unique member, units, n, then
 # rpm and tpm of each of the n windows (0: none). KEYS: each window's request set (sorted by Redis's
 # own clock in microseconds, so replicas with skewed clocks share one window) and token hash (one
@@ -38,14 +49,7 @@ return 0
 # Every window is checked before any counts the call: a call one window refuses takes no slot of
 # another. Returns {wait_us or -1, requests limit, left, reset_us, tokens limit, left, reset_us,
 # spend...} for the tightest window of each kind (limit 0: none).
-_ADMIT_SCRIPT = """
-local window = tonumber(ARGV[1])
-local units = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local second = tonumber(t[1])
-local window_s = math.floor(window / 1000000)
+_ADMIT_SCRIPT = _WINDOWS_NOW + """local units = tonumber(ARGV[3])
 -- A token hash holds one field per second of Redis's clock with that second's tokens, plus `sum`
 -- (of the fields still in the window) and `low` (the oldest field's second, when any): seconds
 -- that left the window since the last check are taken off `sum` one by one (usually none or one),
@@ -159,14 +163,7 @@ return reply
 
 # What is left of each window, counting nothing. KEYS and ARGV as the admission's; returns
 # {requests left or -1, tokens left or -1} per window.
-_REMAINING_SCRIPT = """
-local window = tonumber(ARGV[1])
-local n = tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local second = tonumber(t[1])
-local window_s = math.floor(window / 1000000)
-local reply = {}
+_REMAINING_SCRIPT = _WINDOWS_NOW + """local reply = {}
 for i = 1, n do
   local rpm = tonumber(ARGV[3 + 2 * i])
   local tpm = tonumber(ARGV[4 + 2 * i])

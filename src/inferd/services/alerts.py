@@ -23,6 +23,7 @@ from inferd.config_alerts import AlertsConfig
 from inferd.limits.periods import since
 from inferd.observe.metrics import Metrics
 from inferd.services.alert_delivery import AlertSender
+from inferd.services.purge import stop_job
 from inferd.store.alerts import AlertRepository, BudgetSpend, reached
 from inferd.store.db import iso, utcnow
 from inferd.store.key_limits import PERIODS
@@ -95,13 +96,8 @@ class BudgetSweep:
 
     async def close(self) -> None:
         """Stop the task."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await stop_job(self._task)
+        self._task = None
 
 
 class BudgetAlerts:

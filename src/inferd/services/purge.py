@@ -29,6 +29,17 @@ EXPIRED_KEY_GRACE_SECONDS = 86400.0
 DeleteOlder = Callable[[datetime], Awaitable[Sequence[object] | int]]
 
 
+async def stop_job(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background job's task (this purge's, the budget sweep's) and wait until it has ended."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
 def check_interval(ttl_seconds: float) -> float:
     """How often the job looks: min(60, ttl / 5), never busier than 20 times a second."""
     return max(0.05, min(60.0, ttl_seconds / 5))
@@ -64,13 +75,8 @@ class EphemeralPurge:
 
     async def close(self) -> None:
         """Stop the task."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await stop_job(self._task)
+        self._task = None
 
 
 def start_key_sweep(keys: KeyRepository) -> EphemeralPurge:

@@ -17,6 +17,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.db import utcnow
+from inferd.store.files import select_owned
 from inferd.store.tables import api_keys, batch_lines, batches, files
 from inferd.store.usage_write import UsageWrites, spend_amounts
 
@@ -70,13 +71,8 @@ class BatchRepository:
 
     async def get(self, batch_id: str, org_id: int | None = None, key_id: str | None = None) -> dict[str, Any] | None:
         """A batch row, or None when missing, (with `org_id`) another org's or (with `key_id`) another key's."""
-        query = select(batches).where(batches.c.id == batch_id)
-        if org_id is not None:
-            query = query.where(batches.c.org_id == org_id)
-        if key_id is not None:
-            query = query.where(batches.c.key_id == key_id)
         async with self._engine.connect() as conn:
-            row = (await conn.execute(query)).mappings().first()
+            row = (await conn.execute(select_owned(batches, batch_id, org_id, key_id))).mappings().first()
         return dict(row) if row else None
 
     async def counts(self, batch_ids: list[str]) -> dict[str, dict[str, int]]:

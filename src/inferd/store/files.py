@@ -8,9 +8,9 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Select, Table, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from inferd.store.db import utcnow
@@ -22,6 +22,17 @@ FILES_FOLDER = "files"
 def new_file_id() -> str:
     """A fresh file id."""
     return "file-" + secrets.token_hex(12)
+
+
+def select_owned(table: Table, row_id: str, org_id: int | None, key_id: str | None) -> Select[Any]:
+    """The row of a table of things a key owns in an org (files, batches) by its id, narrowed to an
+    org's or a key's where given: what another org or key asks for reads as missing."""
+    query = select(table).where(table.c.id == row_id)
+    if org_id is not None:
+        query = query.where(table.c.org_id == org_id)
+    if key_id is not None:
+        query = query.where(table.c.key_id == key_id)
+    return query
 
 
 @dataclass(frozen=True)
@@ -109,13 +120,8 @@ class FileStore:
 
     async def get(self, file_id: str, org_id: int | None = None, key_id: str | None = None) -> StoredFile | None:
         """A file, or None when missing, (with `org_id`) another org's or (with `key_id`) another key's."""
-        query = select(files).where(files.c.id == file_id)
-        if org_id is not None:
-            query = query.where(files.c.org_id == org_id)
-        if key_id is not None:
-            query = query.where(files.c.key_id == key_id)
         async with self._engine.connect() as conn:
-            row = (await conn.execute(query)).first()
+            row = (await conn.execute(select_owned(files, file_id, org_id, key_id))).first()
         return _file(row) if row else None
 
     async def delete(self, stored: StoredFile) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import Path
+from typing import Callable
 from xml.etree import ElementTree
 
 from inferd.errors import InvalidRequest, UnreadableFile
@@ -150,15 +151,25 @@ def _docx_blocks(container: ElementTree.Element, out: list[str]) -> None:
             _docx_blocks(child, out)
 
 
-def docx_text(path: Path) -> str:
+def _blocks_text(path: Path, member: str, blocks: Callable[[ElementTree.Element, list[str]], None]) -> str:
+    """The blocks that `blocks` collects from one XML member of the archive, a blank line between each."""
     with open_archive(path) as archive:
-        root = _member_xml(archive, "word/document.xml")
+        root = _member_xml(archive, member)
         if root is None:
-            raise UnreadableFile("no word/document.xml in the archive")
-        body = _child(root, "body")
-        blocks: list[str] = []
-        _docx_blocks(body if body is not None else root, blocks)
-        return "\n\n".join(blocks)
+            raise UnreadableFile(f"no {member} in the archive")
+        out: list[str] = []
+        blocks(root, out)
+        return "\n\n".join(out)
+
+
+def _docx_document(root: ElementTree.Element, out: list[str]) -> None:
+    """The blocks of the document's body (of the whole document when it has none)."""
+    body = _child(root, "body")
+    _docx_blocks(body if body is not None else root, out)
+
+
+def docx_text(path: Path) -> str:
+    return _blocks_text(path, "word/document.xml", _docx_document)
 
 
 def pptx_text(path: Path) -> str:
@@ -234,10 +245,4 @@ def _odf_blocks(element: ElementTree.Element, out: list[str]) -> None:
 
 
 def odf_text(path: Path) -> str:
-    with open_archive(path) as archive:
-        root = _member_xml(archive, "content.xml")
-        if root is None:
-            raise UnreadableFile("no content.xml in the archive")
-        blocks: list[str] = []
-        _odf_blocks(root, blocks)
-        return "\n\n".join(blocks)
+    return _blocks_text(path, "content.xml", _odf_blocks)

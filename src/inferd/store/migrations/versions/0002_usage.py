@@ -8,10 +8,10 @@ from datetime import datetime
 import sqlalchemy as sa
 from alembic import op
 
+from inferd.store.migrations.columns import key_id, metadata_json, token_counts, usage_dimension
+
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
@@ -23,18 +23,16 @@ def upgrade() -> None:
                     ["key_id", "workspace", "created_at", "id"])
     op.create_table(
         "usage_rollup",
-        sa.Column("key_id", sa.String(32), primary_key=True),
+        key_id(primary_key=True),
         sa.Column("span", sa.String(5), primary_key=True),
         sa.Column("period", sa.String(13), primary_key=True),
         sa.Column("dims", sa.String(16), primary_key=True),
-        sa.Column("model", sa.String(256), nullable=False),
-        sa.Column("workspace", sa.String(32), nullable=False),
-        sa.Column("deployment", sa.String(256), nullable=False),
-        sa.Column("metadata", sa.Text, nullable=True),
+        usage_dimension("model"),
+        usage_dimension("workspace"),
+        usage_dimension("deployment"),
+        metadata_json(),
         sa.Column("requests", sa.BigInteger, nullable=False),
-        sa.Column("prompt_tokens", sa.BigInteger, nullable=False),
-        sa.Column("cached_prompt_tokens", sa.BigInteger, nullable=False),
-        sa.Column("completion_tokens", sa.BigInteger, nullable=False),
+        *token_counts(sa.BigInteger),
         sa.Column("cost_usd", sa.Float, nullable=False),
         sqlite_with_rowid=False,
     )

@@ -6,14 +6,13 @@ Revision ID: 0003
 import sqlalchemy as sa
 from alembic import op
 
+from inferd.store.migrations.columns import BIG_ID, created_at, key_id, metadata_json, moment
+
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
     op.create_table(
         "files",
         sa.Column("id", sa.String(64), primary_key=True),
@@ -23,17 +22,17 @@ def upgrade() -> None:
         sa.Column("purpose", sa.String(32), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("path", sa.String(1024), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("expires_at", sa.DateTime(), nullable=True),
+        created_at(),
+        moment("expires_at"),
     )
     op.create_index("ix_files_org", "files", ["org_id"])
     op.create_index("ix_files_expires", "files", ["expires_at"])
     op.create_table(
         "batches",
-        sa.Column("seq", big_id, primary_key=True, autoincrement=True),
+        sa.Column("seq", BIG_ID, primary_key=True, autoincrement=True),
         sa.Column("id", sa.String(64), nullable=False, unique=True),
         sa.Column("org_id", sa.Integer, nullable=False),
-        sa.Column("key_id", sa.String(32), nullable=False),
+        key_id(nullable=False),
         sa.Column("input_file_id", sa.String(64), nullable=False),
         sa.Column("endpoint", sa.String(64), nullable=False),
         sa.Column("completion_window", sa.String(16), nullable=False),
@@ -43,13 +42,13 @@ def upgrade() -> None:
         sa.Column("output_file_id", sa.String(64), nullable=True),
         sa.Column("error_file_id", sa.String(64), nullable=True),
         sa.Column("errors", sa.Text, nullable=True),
-        sa.Column("metadata", sa.Text, nullable=True),
+        metadata_json(),
         sa.Column("lease_owner", sa.String(64), nullable=True),
-        sa.Column("lease_until", sa.DateTime(), nullable=True),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("expires_at", sa.DateTime(), nullable=False),
-        sa.Column("cancelling_at", sa.DateTime(), nullable=True),
-        sa.Column("finished_at", sa.DateTime(), nullable=True),
+        moment("lease_until"),
+        created_at(),
+        moment("expires_at", nullable=False),
+        moment("cancelling_at"),
+        moment("finished_at"),
     )
     op.create_index("ix_batches_org_seq", "batches", ["org_id", "seq"])
     op.create_index("ix_batches_status", "batches", ["status"])

@@ -12,14 +12,14 @@ Revision ID: 0006
 import sqlalchemy as sa
 from alembic import op
 
+from inferd.store.migrations.columns import key_id
+
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column("files", sa.Column("key_id", sa.String(32), nullable=True))
+    op.add_column("files", key_id(nullable=True))
     op.add_column("batches", sa.Column("cancel_reason", sa.String(32), nullable=True))
     op.create_index("ix_batches_key_seq", "batches", ["key_id", "seq"])
     # Output/error files are named after their batch (file-out-<hex> for batch_<hex>): a unique-index read.

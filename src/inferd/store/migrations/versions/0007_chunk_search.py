@@ -18,8 +18,6 @@ from alembic import op
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 _SQLITE_UP = (
     "CREATE VIRTUAL TABLE source_chunks_fts USING fts5(text, content='source_chunks', content_rowid='id', "

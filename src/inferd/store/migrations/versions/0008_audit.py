@@ -10,19 +10,18 @@ Revision ID: 0008
 import sqlalchemy as sa
 from alembic import op
 
+from inferd.store.migrations.columns import BIG_ID, moment, org_id, serial_id
+
 revision = "0008"
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     op.create_table(
         "audit_log",
-        # BIGINT on PostgreSQL, INTEGER (the rowid alias, so autoincrement works) on SQLite.
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
-        sa.Column("org_id", sa.Integer, sa.ForeignKey("orgs.id"), nullable=False),
-        sa.Column("at", sa.DateTime(), nullable=False),
+        serial_id(BIG_ID),
+        org_id(),
+        moment("at", nullable=False),
         sa.Column("actor", sa.String(64), nullable=False),
         sa.Column("action", sa.String(32), nullable=False),
         sa.Column("target", sa.String(256), nullable=False),

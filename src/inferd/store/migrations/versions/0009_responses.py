@@ -12,18 +12,18 @@ Revision ID: 0009
 import sqlalchemy as sa
 from alembic import op
 
+from inferd.store.migrations.columns import created_at, key_id
+
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     op.create_table(
         "responses",
         sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("key_id", sa.String(32), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        key_id(nullable=False),
+        created_at(),
         sa.Column("input_items", sa.Text, nullable=False),
         sa.Column("response", sa.Text, nullable=False),
     )

@@ -19,33 +19,24 @@ import orjson
 import sqlalchemy as sa
 from alembic import op
 
+from inferd.store.migrations.columns import moment
+
 revision = "0011"
 down_revision = "0010"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     op.add_column("responses", sa.Column("previous_id", sa.String(64), nullable=True))
-    op.add_column("responses", sa.Column("deleted_at", sa.DateTime(), nullable=True))
+    op.add_column("responses", moment("deleted_at"))
     op.create_index("ix_responses_previous_id", "responses", ["previous_id"])
 
 
-def _as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A response's output as the next turn's input items (as the service made them at 0011)."""
-    items: list[dict[str, Any]] = []
-    for item in output:
-        if item.get("type") == "message":
-            text = "".join(part.get("text", "") for part in item.get("content") or ()
-                           if part.get("type") == "output_text")
-            items.append({"type": "message", "role": "assistant", "content": text})
-        elif item.get("type") == "function_call":
-            items.append({"type": "function_call", "call_id": item["call_id"], "name": item["name"],
-                          "arguments": item["arguments"]})
-    return items
-
-
 def downgrade() -> None:
+    # A response's output becomes the next turn's input items as the service makes them (the
+    # service's own function, as 0002 folds rows with the writer's). Should it ever change, this
+    # downgrade keeps the 0011 conversion: copy that version here first.
+    from inferd.dialects.responses_items import output_as_input
+
     bind = op.get_bind()
     rows = {row.id: row for row in bind.execute(sa.text(
         "SELECT id, previous_id, input_items, response FROM responses"))}
@@ -62,7 +53,7 @@ def downgrade() -> None:
             row = rows[step]
             if row.previous_id is not None:
                 parent = rows.get(row.previous_id)
-                earlier = items + (_as_input(orjson.loads(parent.response).get("output") or []) if parent else [])
+                earlier = items + (output_as_input(orjson.loads(parent.response).get("output") or []) if parent else [])
             else:
                 earlier = []
             items = earlier + orjson.loads(row.input_items)

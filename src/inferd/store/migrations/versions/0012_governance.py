@@ -18,10 +18,10 @@ Revision ID: 0012
 import sqlalchemy as sa
 from alembic import op
 
+from inferd.store.migrations.columns import budget_owner, created_at, key_id, moment, org_id, serial_id
+
 revision = "0012"
 down_revision = "0011"
-branch_labels = None
-depends_on = None
 
 
 def _day(column: str) -> str:
@@ -34,8 +34,8 @@ def _day(column: str) -> str:
 def upgrade() -> None:
     op.create_table(
         "teams",
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("org_id", sa.Integer, sa.ForeignKey("orgs.id"), nullable=False),
+        serial_id(),
+        org_id(),
         sa.Column("name", sa.String(128), nullable=False),
         sa.Column("budget_usd", sa.Float, nullable=True),
         sa.Column("budget_period", sa.String(8), nullable=True),
@@ -43,7 +43,7 @@ def upgrade() -> None:
         sa.Column("tpm", sa.Integer, nullable=True),
         sa.Column("models", sa.Text, nullable=True),
         sa.Column("model_limits", sa.Text, nullable=True),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        created_at(),
         sa.UniqueConstraint("org_id", "name", name="uq_teams_org_name"),
     )
     for column in (sa.Column("team_id", sa.Integer, nullable=True),
@@ -52,7 +52,7 @@ def upgrade() -> None:
                    sa.Column("models", sa.Text, nullable=True),
                    sa.Column("model_limits", sa.Text, nullable=True),
                    sa.Column("previous_secret_hash", sa.String(64), nullable=True),
-                   sa.Column("previous_secret_until", sa.DateTime(), nullable=True)):
+                   moment("previous_secret_until")):
         op.add_column("api_keys", column)
     op.create_index("ix_api_keys_team", "api_keys", ["team_id"])
     op.add_column("orgs", sa.Column("budget_usd", sa.Float, nullable=True))
@@ -60,8 +60,7 @@ def upgrade() -> None:
     op.add_column("orgs", sa.Column("admin_models", sa.Text, nullable=True))
     op.create_table(
         "spend",
-        sa.Column("scope", sa.String(8), primary_key=True),
-        sa.Column("owner", sa.String(128), primary_key=True),
+        *budget_owner(primary_key=True),
         sa.Column("day", sa.String(10), primary_key=True),
         sa.Column("spend_usd", sa.Float, nullable=False),
     )
@@ -76,7 +75,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.create_table(
         "key_spend",
-        sa.Column("key_id", sa.String(32), primary_key=True),
+        key_id(primary_key=True),
         sa.Column("month", sa.String(7), primary_key=True),
         sa.Column("spend_usd", sa.Float, nullable=False),
     )

@@ -13,27 +13,26 @@ Revision ID: 0013
 import sqlalchemy as sa
 from alembic import op
 
+from inferd.store.migrations.columns import budget_owner, created_at, moment
+
 revision = "0013"
 down_revision = "0012"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     op.create_table(
         "alerts",
         sa.Column("id", sa.String(40), primary_key=True),
-        sa.Column("scope", sa.String(8), nullable=False),
-        sa.Column("owner", sa.String(128), nullable=False),
+        *budget_owner(nullable=False),
         sa.Column("period_start", sa.String(10), nullable=False),
         sa.Column("threshold", sa.Integer, nullable=False),
         sa.Column("payload", sa.Text, nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        created_at(),
         sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
-        sa.Column("next_attempt_at", sa.DateTime(), nullable=True),
-        sa.Column("claimed_until", sa.DateTime(), nullable=True),
-        sa.Column("delivered_at", sa.DateTime(), nullable=True),
-        sa.Column("failed_at", sa.DateTime(), nullable=True),
+        moment("next_attempt_at"),
+        moment("claimed_until"),
+        moment("delivered_at"),
+        moment("failed_at"),
         sa.Column("last_error", sa.String(500), nullable=True),
         sa.UniqueConstraint("scope", "owner", "period_start", "threshold", name="uq_alerts_crossing"),
     )
