@@ -14,6 +14,7 @@ from typing import Any, Mapping, TypeVar
 
 from inferd.builtin import builtin_tables, default_aliases, settle_names, with_image_alias
 from inferd.config_alerts import AlertsConfig, parse_alerts
+from inferd.config_guardrails import GuardrailConfig, parse_guardrails
 from inferd.config_models import Cost, ModelConfig
 from inferd.config_pools import POOL_KEYS, check_pool_values, check_pools, expand_deployments
 from inferd.config_web_search import WebSearchConfig, parse_web_search
@@ -88,6 +89,7 @@ class Catalogue:
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     alerts: AlertsConfig | None = None  # `[alerts]`: budget alerts by webhook; None: none sent
     web_search: WebSearchConfig | None = None  # `[web_search]`: the provider of `webSearch=true`; None: ignored
+    guardrails: tuple[GuardrailConfig, ...] = ()  # `[[guardrails]]`
     source: str = "built-in catalogue"
 
 
@@ -157,7 +159,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
 _TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging", "alerts",
-              "web_search")
+              "web_search", "guardrails")
 
 
 class _Where:
@@ -409,5 +411,6 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         observe=_parse_observe(where, raw.get("metrics", {}), raw.get("logging", {})),
         alerts=parse_alerts(where.fail, raw["alerts"]) if "alerts" in raw else None,
         web_search=parse_web_search(where.fail, raw["web_search"]) if "web_search" in raw else None,
+        guardrails=parse_guardrails(where.fail, raw["guardrails"]) if "guardrails" in raw else (),
         source=str(path),
     )

@@ -37,6 +37,7 @@ from inferd.services.images import ImagesService
 from inferd.services.responses import ResponsesService
 from inferd.services.generate import Generation
 from inferd.services.web_search import WebSearch
+from inferd.guardrails.policy import Guardrails
 from inferd.services.ingest.service import Ingestion, embedding_model
 from inferd.services.rerank import RerankService
 from inferd.services.retrieval import Retriever
@@ -79,6 +80,7 @@ class Services:
     images: ImagesService
     retriever: Retriever
     generation: Generation
+    guardrails: Guardrails | None
     ingestion: Ingestion
     exchange: KeyExchange
     conversations: ConversationService
@@ -95,6 +97,8 @@ class Services:
         await self.keys.close()
         if self.generation.web is not None:
             await self.generation.web.aclose()
+        if self.guardrails is not None:
+            await self.guardrails.aclose()
         if self.hot is not None:
             self.hot.close()
         await self.db.dispose()
@@ -143,17 +147,19 @@ async def build_services(settings: Settings) -> Services:
     health = HealthProber(catalogue)
     health.start()
     users = UserRepository(db)
-    chat = ChatService(catalogue, stage)
+    # Built only when a guardrail is configured: without one the chat corridor checks one None.
+    guardrails = Guardrails(config.guardrails, metrics.guardrail) if config.guardrails else None
+    chat = ChatService(catalogue, stage, guardrails)
     conversations = attach_sources(ConversationService(ConversationRepository(db), users), db)
     retriever = Retriever(db, catalogue, stage, embedding_model(config.conversations))
     return Services(settings=settings, config=config, db=db, hot=hot, orgs=OrgRepository(db), keys=keys,
                     key_lookup=key_lookup, auth=Authenticator(key_lookup), limits=limits, metrics=metrics,
                     writer=writer, catalogue=catalogue, stage=stage,
-                    health=health, chat=chat, embeddings=EmbeddingsService(catalogue, stage),
+                    health=health, chat=chat, embeddings=EmbeddingsService(catalogue, stage, guardrails),
                     rerank=RerankService(catalogue, stage),
                     audio=AudioService(catalogue, stage, config.audio.max_duration_s),
                     images=ImagesService(catalogue, stage), retriever=retriever,
-                    generation=Generation(catalogue, chat, conversations, retriever, config.conversations,
+                    guardrails=guardrails, generation=Generation(catalogue, chat, conversations, retriever, config.conversations,
                                           WebSearch(config.web_search) if config.web_search else None),
                     ingestion=Ingestion(db, catalogue, stage, conversations, config.conversations),
                     exchange=build_exchange(Authenticator(key_lookup), keys, users, config.idp, settings.config_path),

@@ -1,7 +1,7 @@
 """Every configuration key and INFERD_* variable the code reads is named in docs/configuration.md.
 
 The keys come from the lists the configuration loaders check unknown keys against (config.py,
-config_alerts.py, config_pools.py, config_web_search.py, the engines' option keys), and the variables from a search of
+config_alerts.py, config_guardrails.py, config_pools.py, config_web_search.py, the engines' option keys), and the variables from a search of
 the source, so a key added to the code without a line in the documentation fails here."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from inferd import config, config_alerts, config_pools, config_web_search
+from inferd import config, config_alerts, config_guardrails, config_pools, config_web_search
 from inferd.engines.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,7 @@ def table_keys() -> dict[str, set[str]]:
         "audio": {f.name for f in dataclasses.fields(config.AudioConfig)},
         "alerts": {f.name for f in dataclasses.fields(config_alerts.AlertsConfig)},
         "web_search": {f.name for f in dataclasses.fields(config_web_search.WebSearchConfig)},
+        "guardrails": set(config_guardrails._KNOWN),
         **{table: set(re.findall(r'"(\w+)"', keys)) for table, keys in observe.items()},
     }
 

@@ -12,6 +12,7 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-throttle-<S>`    answers 429 with `Retry-After: S`
 - `mock-drip-<S>`        streams with S seconds between chunks (records an abort when the client leaves)
 - `mock-reasoning`       also returns `reasoning_content` (message and deltas)
+- `mock-echo`            answers with the last message's text as it arrived (streamed one word per chunk)
 - `mock-nousage`         never reports usage
 - `mock-flaky-<N>`       answers 503 to the first N requests with the same messages, then normally
 - `mock-agent`           (streams) calls the first offered tool with `{"query": <last user message>}`,
@@ -131,6 +132,12 @@ def fake_relevance(query: str, document: str) -> float:
 def _reply_words(body: dict[str, Any]) -> tuple[list[str], str]:
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     words = list(REPLY_WORDS)
+    if body.get("model") == "mock-echo":
+        messages = body.get("messages") or [{}]
+        content = messages[-1].get("content")
+        text = content if isinstance(content, str) else " ".join(
+            str(p.get("text") or "") for p in content or () if isinstance(p, dict))
+        words = text.split(" ")
     if isinstance(max_tokens, int) and max_tokens < len(words):
         return words[:max_tokens], "length"
     return words, "stop"

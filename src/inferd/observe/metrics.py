@@ -72,6 +72,8 @@ class Metrics:
                                     ("status",), registry=r)
         self._alerts = Counter("inferd_alerts_total", "Budget alert deliveries, by outcome (delivered, retried, "
                                "failed).", ("outcome",), registry=r)
+        self._guardrails = Counter("inferd_guardrail_actions_total", "Guardrail actions taken (block, redact, log), "
+                                   "by guardrail and direction.", ("guardrail", "direction", "action"), registry=r)
         self._request_children: dict[tuple[str, str, int], tuple[object, object]] = {}
         self._ttft_children: dict[tuple[str, str], object] = {}
         self._token_children: dict[str, tuple[object, object, object, object]] = {}
@@ -130,6 +132,10 @@ class Metrics:
     def alert(self, outcome: str) -> None:
         """A budget alert's delivery attempt ended: delivered, retried (later) or failed (for good)."""
         self._alerts.labels(outcome).inc()
+
+    def guardrail(self, name: str, direction: str, action: str) -> None:
+        """A guardrail acted on a call's input or output (its name and the action; never the text)."""
+        self._guardrails.labels(name, direction, action).inc()
 
     # When read -------------------------------------------------------------------------------
 

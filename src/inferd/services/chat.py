@@ -19,6 +19,7 @@ from inferd.calls.stage import Answer, Billing, CallStage, Metered, StreamLease
 from inferd.catalogue import CHAT_TYPES, Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, TokenCount, estimate_tokens, prompt_upper_bound
 from inferd.errors import InferdError, InvalidRequest
+from inferd.guardrails.policy import Guardrails, OutputStream, Policy, texts_of
 from inferd.protocol.chat import check_images, check_reasoning_effort
 
 CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
@@ -39,6 +40,8 @@ class ChatCall:
     price_factor: float = 1.0
     prompt_count: int | None = None
     affinity: str | None = None  # the routing key of `affinity` pools
+    guard: Policy | None = None  # the guardrails of the caller's org; None: none apply
+    guarded: bool = False  # whether the input guardrails have run (they run once, before any engine)
 
     @property
     def billing(self) -> Billing:
@@ -90,9 +93,55 @@ def _with_reasoning(holder: dict[str, Any]) -> None:
 class ChatService:
     """Routes, runs and meters chat completions through the call stage."""
 
-    def __init__(self, catalogue: ModelCatalogue, stage: CallStage) -> None:
+    def __init__(self, catalogue: ModelCatalogue, stage: CallStage, guardrails: Guardrails | None = None) -> None:
         self._catalogue = catalogue
         self._stage = stage
+        self._guardrails = guardrails
+
+    def _policy(self, key: KeyRecord) -> Policy | None:
+        return self._guardrails.policy(key.org_slug) if self._guardrails is not None else None
+
+    async def guard_input(self, call: ChatCall) -> None:
+        """Run the input guardrails once, before any engine sees the messages: 400
+        `guardrail_blocked`, or the matched spans replaced in the upstream payload."""
+        call.guarded = True
+        policy = call.guard
+        if policy is None or not policy.input:
+            return
+        messages = [dict(m) if isinstance(m, dict) else m for m in call.payload.get("messages") or ()]
+        places = texts_of(messages)
+        if not places:
+            return
+        texts = [messages[i]["content"] if j is None else messages[i]["content"][j]["text"] for i, j in places]
+        checked = await policy.check_input(texts, call.model.id, call.key.org_slug)
+        for (i, j), before, after in zip(places, texts, checked):
+            if after == before:
+                continue
+            if j is None:
+                messages[i]["content"] = after
+            else:
+                parts = messages[i]["content"] = list(messages[i]["content"])
+                parts[j] = {**parts[j], "text": after}
+        call.payload["messages"] = messages
+        call.prompt_count = None  # a count of the text before redaction is not the prompt billed
+
+    async def guard_output(self, call: ChatCall, reply: dict[str, Any]) -> None:
+        """Run the output guardrails over a blocking reply: a blocked message is withheld
+        (`finish_reason` `content_filter`), a redacted one replaced."""
+        policy = call.guard
+        if policy is None or not policy.output:
+            return
+        for choice in reply.get("choices") or ():
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+                continue
+            verdict = await policy.check("output", [message["content"]], call.model.id, call.key.org_slug)
+            if verdict.blocked_by is not None:
+                message["content"] = ""
+                message.pop("tool_calls", None)
+                choice["finish_reason"] = "content_filter"
+            else:
+                message["content"] = verdict.texts[0]
 
     def open(self, body: dict[str, Any], key: KeyRecord, *, workspace: str = "chat",
              price_factor: float = 1.0, metadata: dict[str, str] | None = None,
@@ -116,7 +165,7 @@ class ChatService:
             # Ask for usage even when the client did not: the final chunk must carry it.
             payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         return ChatCall(key, model, payload, metadata, workspace, price_factor,
-                        affinity=affinity_key(model, body.get("user"), affinity))
+                        affinity=affinity_key(model, body.get("user"), affinity), guard=self._policy(key))
 
     def open_count(self, body: dict[str, Any], key: KeyRecord, headers: Iterable[tuple[bytes, bytes]] = ()
                    ) -> ChatCall:
@@ -132,7 +181,8 @@ class ChatService:
             payload["reasoning_effort"] = body["reasoning_effort"]
         apply_thinking(model, payload)
         payload["model"] = model.deployments[0].upstream
-        return ChatCall(key, model, payload, None, affinity=affinity_key(model, body.get("user"), headers=headers))
+        return ChatCall(key, model, payload, None, affinity=affinity_key(model, body.get("user"), headers=headers),
+                        guard=self._policy(key))
 
     async def token_count(self, call: ChatCall) -> TokenCount:
         """The prompt's size as a deployment of the model tokenizes it (failing over, never
@@ -140,6 +190,8 @@ class ChatService:
         async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> TokenCount:
             return await engine.count_tokens(call.payload_for(deployment))
 
+        if not call.guarded:
+            await self.guard_input(call)  # the count is of the prompt a completion would bill
         return await self._stage.unmetered(call.model, ChatEngine, call.key, attempt, affinity=call.affinity)
 
     async def count(self, call: ChatCall) -> int:
@@ -154,6 +206,8 @@ class ChatService:
         """400 when the prompt overflows the window; cap max_tokens at the room left.
 
         A count is taken only when the cheap upper bound cannot rule both out."""
+        if not call.guarded:
+            await self.guard_input(call)
         window = call.model.config.context_length
         if window is None:
             return
@@ -201,8 +255,13 @@ class ChatService:
                     _with_reasoning(choice["message"])
             return Answer(body, *numbers)
 
-        return await self._stage.call(call.model, ChatEngine, call.billing, attempt, affinity=call.affinity,
-                                      record=record, pacer=pacer)
+        if not call.guarded:
+            await self.guard_input(call)
+        metered = await self._stage.call(call.model, ChatEngine, call.billing, attempt, affinity=call.affinity,
+                                         record=record, pacer=pacer)
+        if call.guard is not None:
+            await self.guard_output(call, metered.value)
+        return metered
 
     def stream(self, call: ChatCall) -> AsyncIterator[bytes]:
         """SSE frames for a streamed completion; the row is durable before `data: [DONE]`.
@@ -223,6 +282,8 @@ class ChatService:
 
     async def open_stream(self, call: ChatCall) -> StreamLease:
         """The call stage's stream for `call`: started on the first deployment that answered."""
+        if not call.guarded:
+            await self.guard_input(call)
         return await self._stage.open_stream(
             call.model, call.billing,
             lambda engine, deployment, model: engine.chat_stream(call.payload_for(deployment)),
@@ -242,6 +303,44 @@ class _StreamRelay:
         self._uncounted_bytes = 0
         self._lease: StreamLease | None = None
         self._chunk_head: dict[str, Any] | None = None  # id and created of the first chunk
+        self._flushed = False  # whether the output guardrails gave up what they held back
+
+    async def _guarded(self, batch: list[bytes], guard: OutputStream, end: bool) -> list[bytes]:
+        """A batch of events through the output guardrails: each content delta as much of it as may
+        be sent now; the held-back rest with the finish chunk (or, `end`, in a chunk of its own);
+        once a guardrail blocks, the text before the match and a finish chunk with
+        `content_filter`, and nothing after it."""
+        out: list[bytes] = []
+        for data in batch:
+            chunk = orjson.loads(data)
+            choices = chunk.get("choices") if isinstance(chunk, dict) else None
+            if not choices:
+                out.append(data)  # the usage chunk, which carries no text
+                continue
+            choice = choices[0]
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                delta = choice["delta"] = {}
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                delta["content"] = guard.feed(delta["content"])
+            if choice.get("finish_reason") and guard.blocked_by is None and not self._flushed:
+                self._flushed = True
+                delta["content"] = (delta.get("content") or "") + await guard.flush()
+            if guard.blocked_by is not None:
+                delta.pop("tool_calls", None)
+                choice["finish_reason"] = "content_filter"
+                out.append(orjson.dumps(chunk))
+                return out
+            out.append(orjson.dumps(chunk))
+        if end and not self._flushed:
+            self._flushed = True
+            rest = await guard.flush()
+            if rest or guard.blocked_by is not None:
+                out.append(orjson.dumps({**(self._chunk_head or {}), "object": "chat.completion.chunk",
+                                         "model": self._call.model.id, "choices": [{
+                                             "index": 0, "delta": {"content": rest},
+                                             "finish_reason": "content_filter" if guard.blocked_by else None}]}))
+        return out
 
     def _renaming(self, lease: StreamLease) -> None:
         """Chunks name the upstream model; the client sees the model that answered."""
@@ -373,6 +472,10 @@ class _StreamRelay:
         lease = self._lease = await self._service.open_stream(self._call)
         self._renaming(lease)
         shape = self._sse if sse else self._events
+        policy = self._call.guard
+        # The output guardrails, when any apply: the only per-batch cost of a stream without them is
+        # this None test.
+        guard = policy.output_stream(lease.model.id, self._call.key.org_slug) if policy and policy.output else None
         metered = False
         tail: Any = b"" if sse else []  # the last batch: it goes out with the end, after the commit
         try:
@@ -381,13 +484,19 @@ class _StreamRelay:
                 while True:
                     if batch and batch[-1] == b"[DONE]":  # the engine saw the end: no read waits
                         batch.pop()
+                        if guard is not None:
+                            batch = await self._guarded(batch, guard, True)
                         break
+                    if guard is not None:
+                        batch = await self._guarded(batch, guard, False)
+                        if guard.blocked_by is not None:
+                            break  # the reply ends here, with finish_reason content_filter
                     if batch:
                         yield shape(batch)
                     try:
                         batch = await lease.events.__anext__()
                     except StopAsyncIteration:
-                        batch = []
+                        batch = await self._guarded([], guard, True) if guard is not None else []
                         break
                 # The last events, the usage chunk and [DONE] leave in one write (one syscall and
                 # one chunk of the HTTP body, not three), once the row is committed.
