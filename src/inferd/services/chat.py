@@ -190,7 +190,7 @@ class ChatService:
         async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> TokenCount:
             return await engine.count_tokens(call.payload_for(deployment))
 
-        if not call.guarded:
+        if call.guard is not None and not call.guarded:
             await self.guard_input(call)  # the count is of the prompt a completion would bill
         return await self._stage.unmetered(call.model, ChatEngine, call.key, attempt, affinity=call.affinity)
 
@@ -206,7 +206,7 @@ class ChatService:
         """400 when the prompt overflows the window; cap max_tokens at the room left.
 
         A count is taken only when the cheap upper bound cannot rule both out."""
-        if not call.guarded:
+        if call.guard is not None and not call.guarded:
             await self.guard_input(call)
         window = call.model.config.context_length
         if window is None:
@@ -255,7 +255,7 @@ class ChatService:
                     _with_reasoning(choice["message"])
             return Answer(body, *numbers)
 
-        if not call.guarded:
+        if call.guard is not None and not call.guarded:
             await self.guard_input(call)
         metered = await self._stage.call(call.model, ChatEngine, call.billing, attempt, affinity=call.affinity,
                                          record=record, pacer=pacer)
@@ -282,7 +282,7 @@ class ChatService:
 
     async def open_stream(self, call: ChatCall) -> StreamLease:
         """The call stage's stream for `call`: started on the first deployment that answered."""
-        if not call.guarded:
+        if call.guard is not None and not call.guarded:
             await self.guard_input(call)
         return await self._stage.open_stream(
             call.model, call.billing,
