@@ -13,6 +13,8 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-drip-<S>`        streams with S seconds between chunks (records an abort when the client leaves)
 - `mock-reasoning`       also returns `reasoning_content` (message and deltas)
 - `mock-echo`            answers with the last message's text as it arrived (streamed one word per chunk)
+- `mock-echo-think`      the same text as its reasoning (`reasoning_content`, one word per chunk), then
+                         the answer "done"
 - `mock-nousage`         never reports usage
 - `mock-flaky-<N>`       answers 503 to the first N requests with the same messages, then normally
 - `mock-agent`           (streams) calls the first offered tool with `{"query": <last user message>}`,
@@ -132,7 +134,7 @@ def fake_relevance(query: str, document: str) -> float:
 def _reply_words(body: dict[str, Any]) -> tuple[list[str], str]:
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     words = list(REPLY_WORDS)
-    if body.get("model") == "mock-echo":
+    if body.get("model") in ("mock-echo", "mock-echo-think"):
         messages = body.get("messages") or [{}]
         content = messages[-1].get("content")
         text = content if isinstance(content, str) else " ".join(
@@ -297,6 +299,8 @@ class FakeUpstream:
             message = {"role": "assistant", "content": " ".join(words), "tool_calls": []}
         if model == "mock-reasoning":
             message["reasoning_content"] = "thinking about it"
+        if model == "mock-echo-think":
+            message["reasoning_content"], message["content"] = message["content"], "done"
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         if model == "mock-stops":
             choice["stop_reason"] = stop_reason
@@ -357,6 +361,10 @@ class FakeUpstream:
             words = _grounded_answer(body, model)
         if model == "mock-reasoning":
             await write_split(frame({"reasoning_content": "thinking"}))
+        if model == "mock-echo-think":
+            for index, word in enumerate(words):
+                await write_split(frame({"reasoning_content": (" " if index else "") + word}))
+            words = ["done"]
         for index, word in enumerate(words):
             if stall is not None and index >= stall:
                 await asyncio.sleep(3600)

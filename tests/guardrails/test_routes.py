@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import subprocess
+
 import httpx
 import pytest
 
-from tests.harness import Backend, Server, Upstream, auth, serving
+from tests.admin.conftest import cli
+from tests.harness import INFERD, Backend, Server, Upstream, auth, clean_env, serving
 
 EMAIL = "jane.doe+news@example.org"
 CARD = "4111 1111 1111 1111"
@@ -22,6 +25,12 @@ TOML = """
 id = "echo"
 base_url = "{upstream}/v1"
 upstream_model = "mock-echo"
+tokenizer = "upstream"
+
+[[models]]
+id = "echo-think"
+base_url = "{upstream}/v1"
+upstream_model = "mock-echo-think"
 tokenizer = "upstream"
 
 [[models]]
@@ -69,6 +78,13 @@ timeout_s = 1
 applies_to = ["g-hook-closed"]
 
 [[guardrails]]
+name = "opt-in"
+kind = "pii"
+direction = "input"
+action = "block"
+entities = ["credit_card"]
+
+[[guardrails]]
 name = "hook-open"
 kind = "webhook"
 url = "http://127.0.0.1:{dead_port}/check"
@@ -90,9 +106,9 @@ def key_of(server: Server, org: str) -> str:
     return server.create_key(org=org)
 
 
-def chat(server: Server, key: str, stream: bool = False, text: str = TEXT) -> httpx.Response:
+def chat(server: Server, key: str, stream: bool = False, text: str = TEXT, model: str = "echo") -> httpx.Response:
     return httpx.post(server.v1 + "/chat/completions", headers=auth(key), timeout=30,
-                      json={"model": "echo", "stream": stream, "messages": [{"role": "user", "content": text}]})
+                      json={"model": model, "stream": stream, "messages": [{"role": "user", "content": text}]})
 
 
 def streamed_text(response: httpx.Response) -> tuple[str, list[str | None]]:
@@ -218,3 +234,33 @@ def test_actions_are_counted_and_nothing_matched_is_logged(guarded: Server) -> N
     assert not any(secret in metrics for secret in SECRETS)
     log = guarded.log()
     assert not any(secret in log for secret in SECRETS)
+
+
+def test_an_org_chooses_guardrails_by_name(guarded: Server) -> None:
+    """`inferd orgs update ORG --guardrails opt-in` puts the org's calls through a guardrail that
+    applies to no org by itself; an empty value takes it off; a name the file lacks is refused."""
+    key, other = key_of(guarded, "g-opt"), key_of(guarded, "g-not-opted")
+    assert chat(guarded, key).status_code == 200
+    cli(guarded, "orgs", "update", "g-opt", "--guardrails", "opt-in")
+    refused = chat(guarded, key)
+    assert refused.status_code == 400 and "opt-in" in refused.json()["error"]["message"]
+    assert chat(guarded, other).status_code == 200  # another org did not choose it
+    cli(guarded, "orgs", "update", "g-opt", "--guardrails", "")
+    assert chat(guarded, key).status_code == 200
+    env = clean_env({**guarded.backend.env(), "INFERD_CONFIG": str(guarded.config),
+                     "INFERD_DATA_DIR": str(guarded.data_dir)})
+    unknown = subprocess.run([INFERD, "orgs", "update", "g-opt", "--guardrails", "opt-in,nope"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert unknown.returncode != 0 and "'nope'" in unknown.stderr
+    assert chat(guarded, key).status_code == 200  # nothing was stored
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_goes_through_the_output_guardrails(guarded: Server, stream: bool) -> None:
+    """A model that thinks aloud about the card and e-mail address (`mock-echo-think` reasons with
+    the user's text): the reasoning is redacted as the answer is, or the reply withheld."""
+    masked = chat(guarded, key_of(guarded, "g-mask-out"), stream, model="echo-think")
+    assert masked.status_code == 200 and not any(secret in masked.text for secret in SECRETS)
+    assert "[EMAIL]" in masked.text and "[CREDIT_CARD]" in masked.text
+    blocked = chat(guarded, key_of(guarded, "g-block-out"), stream, model="echo-think")
+    assert blocked.status_code == 200 and "4111" not in blocked.text and "content_filter" in blocked.text

@@ -9,7 +9,7 @@ from typing import Any
 
 from inferd.store.db import as_datetime, utcnow
 from inferd.store.key_limits import DEFAULT_PERIOD, Budget, Window, decode_model_limits, decode_models
-from inferd.store.orgs import decode_allowed, effective_models
+from inferd.store.orgs import decode_allowed, decode_guardrails, effective_models
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class KeyRecord:
     token_windows: tuple[Window, ...] = ()  # the windows (of `windows`) with a tpm: a call's tokens count there
     previous_secret_hash: str | None = None  # a rotated key's old secret, valid until previous_secret_until
     previous_secret_until: datetime | None = None
+    org_guardrails: tuple[str, ...] = ()  # the `[[guardrails]]` the org chose (besides those for every org)
 
 
 # One key by its access key id ({param}: the driver's placeholder); `key_record` reads its columns in order.
@@ -53,7 +54,7 @@ SELECT k.id, k.access_key_id, k.secret_hash, k.type, k.org_id, o.slug, o.allowed
        k.previous_secret_until,
        p.access_key_id, p.budget_usd, p.rpm, p.revoked_at, p.expires_at, p.tpm, p.budget_period, p.models,
        p.model_limits,
-       t.id, t.name, t.budget_usd, t.budget_period, t.rpm, t.tpm, t.models, t.model_limits
+       t.id, t.name, t.budget_usd, t.budget_period, t.rpm, t.tpm, t.models, t.model_limits, o.guardrails
 FROM api_keys k JOIN orgs o ON o.id = k.org_id LEFT JOIN api_keys p ON p.id = k.parent_key_id
 LEFT JOIN teams t ON t.id = COALESCE(p.team_id, k.team_id)
 WHERE k.access_key_id = {param}
@@ -71,7 +72,8 @@ def key_record(row: tuple[Any, ...]) -> KeyRecord:
      user_id, revoked_at, expires_at, budget, rpm, tpm, period, models, model_limits, previous_hash, previous_until,
      parent_access, parent_budget, parent_rpm, parent_revoked, parent_expires, parent_tpm, parent_period,
      parent_models, parent_model_limits,
-     team_id, team_name, team_budget, team_period, team_rpm, team_tpm, team_models, team_model_limits) = row
+     team_id, team_name, team_budget, team_period, team_rpm, team_tpm, team_models, team_model_limits,
+     org_guardrails) = row
     has_parent = parent_access is not None
     if has_parent:
         budget, rpm, tpm, period, models, model_limits = (parent_budget, parent_rpm, parent_tpm, parent_period,
@@ -104,5 +106,5 @@ def key_record(row: tuple[Any, ...]) -> KeyRecord:
         key_models=decode_models(models), budgets=tuple(budgets), windows=tuple(windows),
         token_windows=tuple(window for window in windows if window.tpm is not None),
         model_windows=tuple(model_windows), previous_secret_hash=previous_hash,
-        previous_secret_until=as_datetime(previous_until),
+        previous_secret_until=as_datetime(previous_until), org_guardrails=decode_guardrails(org_guardrails),
     )

@@ -55,6 +55,25 @@ def catalogue_names(settings: Settings) -> NamesOf:
         raise click.ClickException(f"the configuration, needed to check --models, is wrong: {exc}") from None
 
 
+def guardrail_names(settings: Settings, value: str) -> tuple[str, ...]:
+    """`a,b` as the names of configured `[[guardrails]]` (an empty value: none); a name the
+    configuration file does not have is an error, not a guardrail silently never applied."""
+    from inferd.wiring import load_config  # every engine's options: only for the commands that need it
+
+    names = tuple(dict.fromkeys(model_list(value)))
+    if not names:
+        return ()
+    try:
+        configured = [g.name for g in load_config(settings)[0].guardrails]
+    except ConfigError as exc:
+        raise click.ClickException(f"the configuration, needed to check --guardrails, is wrong: {exc}") from None
+    unknown = [name for name in names if name not in configured]
+    if unknown:
+        raise click.ClickException(f"no guardrail {', '.join(map(repr, unknown))} in the configuration file "
+                                   f"(configured: {', '.join(configured) or 'none'})")
+    return names
+
+
 @contextmanager
 def refusals() -> Iterator[None]:
     """The service's refusals (an unknown team, models wider than allowed, a team still in use) as

@@ -23,6 +23,8 @@ from inferd.guardrails.policy import Guardrails, OutputStream, Policy, texts_of
 from inferd.protocol.chat import check_images, check_reasoning_effort
 
 CLIENT_CLOSED = 499  # status on the usage row of a stream the client abandoned
+# The text of a reply the output guardrails read: the answer and the reasoning, in either name.
+TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 DONE_FRAME = b"data: [DONE]\n\n"  # a stream's last SSE frame
 # Deltas that carry no token: the opening role chunk and the closing finish chunk.
 _EMPTY_DELTAS = (b'"content":""', b'"content": ""', b'"delta":{}', b'"delta": {}')
@@ -99,7 +101,7 @@ class ChatService:
         self._guardrails = guardrails
 
     def _policy(self, key: KeyRecord) -> Policy | None:
-        return self._guardrails.policy(key.org_slug) if self._guardrails is not None else None
+        return self._guardrails.policy(key.org_slug, key.org_guardrails) if self._guardrails is not None else None
 
     async def guard_input(self, call: ChatCall) -> None:
         """Run the input guardrails once, before any engine sees the messages: 400
@@ -126,22 +128,27 @@ class ChatService:
         call.prompt_count = None  # a count of the text before redaction is not the prompt billed
 
     async def guard_output(self, call: ChatCall, reply: dict[str, Any]) -> None:
-        """Run the output guardrails over a blocking reply: a blocked message is withheld
-        (`finish_reason` `content_filter`), a redacted one replaced."""
+        """Run the output guardrails over a blocking reply's text and reasoning: a blocked message
+        is withheld (`finish_reason` `content_filter`), a redacted one replaced."""
         policy = call.guard
         if policy is None or not policy.output:
             return
         for choice in reply.get("choices") or ():
             message = choice.get("message") if isinstance(choice, dict) else None
-            if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            if not isinstance(message, dict):
                 continue
-            verdict = await policy.check("output", [message["content"]], call.model.id, call.key.org_slug)
+            fields = [name for name in TEXT_FIELDS if isinstance(message.get(name), str) and message[name]]
+            if not fields:
+                continue
+            verdict = await policy.check("output", [message[name] for name in fields], call.model.id,
+                                         call.key.org_slug)
             if verdict.blocked_by is not None:
-                message["content"] = ""
+                for name in fields:
+                    message[name] = "" if name == "content" else None
                 message.pop("tool_calls", None)
                 choice["finish_reason"] = "content_filter"
             else:
-                message["content"] = verdict.texts[0]
+                message.update(zip(fields, verdict.texts))
 
     def open(self, body: dict[str, Any], key: KeyRecord, *, workspace: str = "chat",
              price_factor: float = 1.0, metadata: dict[str, str] | None = None,
@@ -290,6 +297,37 @@ class ChatService:
             affinity=call.affinity)
 
 
+class _ReplyGuard:
+    """A streamed reply's texts through the output guardrails: the answer and the reasoning each
+    in its own `OutputStream` (each holds back only what a match can span)."""
+
+    def __init__(self, policy: Policy, model: str, org: str) -> None:
+        self._policy = policy
+        self._model = model
+        self._org = org
+        self._streams: dict[str, OutputStream] = {}
+
+    def stream(self, field: str) -> OutputStream:
+        """The filter of one text field (made when the field first comes)."""
+        found = self._streams.get(field)
+        if found is None:
+            found = self._streams[field] = self._policy.output_stream(self._model, self._org)
+        return found
+
+    @property
+    def blocked_by(self) -> str | None:
+        return next((s.blocked_by for s in self._streams.values() if s.blocked_by is not None), None)
+
+    async def flush(self) -> list[tuple[str, str]]:
+        """What each field still held, at the end of the reply (nothing of a field once blocked)."""
+        rests = []
+        for field, stream in self._streams.items():
+            rest = await stream.flush()
+            if rest:
+                rests.append((field, rest))
+        return rests
+
+
 class _StreamRelay:
     """Relays one upstream stream, watching for usage and counting deltas as it goes."""
 
@@ -305,11 +343,11 @@ class _StreamRelay:
         self._chunk_head: dict[str, Any] | None = None  # id and created of the first chunk
         self._flushed = False  # whether the output guardrails gave up what they held back
 
-    async def _guarded(self, batch: list[bytes], guard: OutputStream, end: bool) -> list[bytes]:
-        """A batch of events through the output guardrails: each content delta as much of it as may
-        be sent now; the held-back rest with the finish chunk (or, `end`, in a chunk of its own);
-        once a guardrail blocks, the text before the match and a finish chunk with
-        `content_filter`, and nothing after it."""
+    async def _guarded(self, batch: list[bytes], guard: "_ReplyGuard", end: bool) -> list[bytes]:
+        """A batch of events through the output guardrails: each text delta (answer or reasoning)
+        as much of it as may be sent now; the held-back rest with the finish chunk (or, `end`, in a
+        chunk of its own); once a guardrail blocks, the text before the match and a finish chunk
+        with `content_filter`, and nothing after it."""
         out: list[bytes] = []
         for data in batch:
             chunk = orjson.loads(data)
@@ -321,11 +359,13 @@ class _StreamRelay:
             delta = choice.get("delta")
             if not isinstance(delta, dict):
                 delta = choice["delta"] = {}
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                delta["content"] = guard.feed(delta["content"])
+            for name in TEXT_FIELDS:
+                if isinstance(delta.get(name), str) and delta[name]:
+                    delta[name] = guard.stream(name).feed(delta[name])
             if choice.get("finish_reason") and guard.blocked_by is None and not self._flushed:
                 self._flushed = True
-                delta["content"] = (delta.get("content") or "") + await guard.flush()
+                for name, rest in await guard.flush():
+                    delta[name] = (delta.get(name) or "") + rest
             if guard.blocked_by is not None:
                 delta.pop("tool_calls", None)
                 choice["finish_reason"] = "content_filter"
@@ -334,11 +374,11 @@ class _StreamRelay:
             out.append(orjson.dumps(chunk))
         if end and not self._flushed:
             self._flushed = True
-            rest = await guard.flush()
-            if rest or guard.blocked_by is not None:
+            delta = dict(await guard.flush())
+            if delta or guard.blocked_by is not None:
                 out.append(orjson.dumps({**(self._chunk_head or {}), "object": "chat.completion.chunk",
                                          "model": self._call.model.id, "choices": [{
-                                             "index": 0, "delta": {"content": rest},
+                                             "index": 0, "delta": delta,
                                              "finish_reason": "content_filter" if guard.blocked_by else None}]}))
         return out
 
@@ -475,7 +515,7 @@ class _StreamRelay:
         policy = self._call.guard
         # The output guardrails, when any apply: the only per-batch cost of a stream without them is
         # this None test.
-        guard = policy.output_stream(lease.model.id, self._call.key.org_slug) if policy and policy.output else None
+        guard = _ReplyGuard(policy, lease.model.id, self._call.key.org_slug) if policy and policy.output else None
         metered = False
         tail: Any = b"" if sse else []  # the last batch: it goes out with the end, after the commit
         try:

@@ -117,7 +117,7 @@ class EmbeddingsService:
         or the matched spans replaced). Token ids cannot be read by a guardrail: with one applying,
         an input of token ids is refused rather than let through unchecked."""
         assert self._guardrails is not None
-        policy = self._guardrails.policy(key.org_slug)
+        policy = self._guardrails.policy(key.org_slug, key.org_guardrails)
         if policy is None or not policy.input:
             return body
         given = body.get("input")

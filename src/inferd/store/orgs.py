@@ -31,6 +31,7 @@ class Org:
     budget_usd: float | None = None  # the operator's, for the whole org
     budget_period: str = DEFAULT_PERIOD
     admin_models: tuple[str, ...] | None = None  # the admin's narrowing; None: not narrowed
+    guardrails: tuple[str, ...] = ()  # the `[[guardrails]]` the org chose (besides those that apply to all)
 
     @property
     def models(self) -> tuple[str, ...] | None:
@@ -81,18 +82,30 @@ class OrgRepository:
 
     async def create(self, slug: str, allowed_models: tuple[str, ...] | None = None,
                      file_attachments: bool = True, web_search: bool = False, budget_usd: float | None = None,
-                     budget_period: str = DEFAULT_PERIOD) -> Org:
+                     budget_period: str = DEFAULT_PERIOD, guardrails: tuple[str, ...] = ()) -> Org:
         """Create an org; the slug must be new."""
         async with self._engine.begin() as conn:
             result = await conn.execute(insert(orgs).values(
                 slug=slug, allowed_models=encode_allowed(allowed_models), file_attachments=file_attachments,
-                web_search=web_search, created_at=utcnow(), budget_usd=budget_usd, budget_period=budget_period))
+                web_search=web_search, created_at=utcnow(), budget_usd=budget_usd, budget_period=budget_period,
+                guardrails=encode_guardrails(guardrails)))
             org_id = result.inserted_primary_key[0]
-        return Org(org_id, slug, allowed_models, file_attachments, web_search, budget_usd, budget_period)
+        return Org(org_id, slug, allowed_models, file_attachments, web_search, budget_usd, budget_period,
+                   guardrails=guardrails)
 
     async def get_or_create(self, slug: str) -> Org:
         """The org with this slug, created with defaults when missing."""
         return await self.get_by_slug(slug) or await self.create(slug)
+
+
+def encode_guardrails(names: tuple[str, ...]) -> str | None:
+    """The stored form of an org's chosen guardrails (NULL: none)."""
+    return orjson.dumps(list(names)).decode() if names else None
+
+
+def decode_guardrails(stored: str | None) -> tuple[str, ...]:
+    """An org's chosen guardrails from their stored form."""
+    return tuple(orjson.loads(stored)) if stored else ()
 
 
 def models_setting(allowed: tuple[str, ...] | None) -> list[str] | str:
@@ -109,7 +122,7 @@ async def org_by_id(conn: AsyncConnection, org_id: int) -> Org | None:
 async def update_settings(conn: AsyncConnection, org_id: int, changes: Mapping[str, Any], actor: str) -> Org | None:
     """Change some of an org's `models` (the operator's list: a tuple, None for every model),
     `admin_models` (the admin's narrowing, None: none), `file_attachments`, `web_search`,
-    `budget_usd` (None: none) and `budget_period` on `conn`, recording `org.update` by `actor` with
+    `guardrails` (a tuple of names), `budget_usd` (None: none) and `budget_period` on `conn`, recording `org.update` by `actor` with
     each changed value's before and after (`models` as the keys obey it); None when no such org.
     Keys carry their org's allow-list and budget, so run this through `KeyRepository.propagate`."""
     before = await org_by_id(conn, org_id)
@@ -129,6 +142,9 @@ async def update_settings(conn: AsyncConnection, org_id: int, changes: Mapping[s
         if flag in changes:
             values[flag] = bool(changes[flag])
             details[flag] = {"from": getattr(before, flag), "to": bool(changes[flag])}
+    if "guardrails" in changes:
+        values["guardrails"] = encode_guardrails(tuple(changes["guardrails"]))
+        details["guardrails"] = {"from": list(before.guardrails), "to": list(changes["guardrails"])}
     for name in ("budget_usd", "budget_period"):
         if name in changes:
             values[name] = changes[name]
@@ -144,4 +160,4 @@ def _org(row: Any) -> Org:
     m = row  # a RowMapping
     return Org(m["id"], m["slug"], decode_allowed(m["allowed_models"]), bool(m["file_attachments"]),
                bool(m["web_search"]), m["budget_usd"], m["budget_period"] or DEFAULT_PERIOD,
-               decode_models(m["admin_models"]))
+               decode_models(m["admin_models"]), decode_guardrails(m["guardrails"]))

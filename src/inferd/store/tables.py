@@ -24,6 +24,7 @@ orgs = Table(
     Column("budget_usd", Float, nullable=True),
     Column("budget_period", String(8), nullable=True),  # day | week | month | total; NULL: month
     Column("admin_models", Text, nullable=True),
+    Column("guardrails", Text, nullable=True),  # since 0014: the `[[guardrails]]` the org chose, a JSON list
 )
 
 # Teams of an org (issue 28): a key belongs to at most one; budgets and windows of their own.
