@@ -18,5 +18,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("orgs") as batch:
-        batch.drop_column("guardrails")
+    # ALTER TABLE ... DROP COLUMN (SQLite 3.35+, PostgreSQL) rather than a batch rebuild: SQLite
+    # cannot drop and recreate `orgs` while rows of other tables name it in foreign keys.
+    op.execute("ALTER TABLE orgs DROP COLUMN guardrails")
