@@ -71,9 +71,9 @@ def test_a_long_usage_less_stream_counts_each_delta_once() -> None:
     """The relay keeps a usage-less stream's batches for the count at the end, and counts and
     drops them past 256 KiB: either way each non-empty delta is counted once (in-process: no
     fake upstream streams this long)."""
-    from inferd.services.chat import _StreamRelay
+    from inferd.services.chat_stream import StreamRelay
 
-    relay = _StreamRelay(None, None)  # type: ignore[arg-type]  # only the batch bookkeeping runs
+    relay = StreamRelay(None, None)  # type: ignore[arg-type]  # only the batch bookkeeping runs
     role = b'{"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","content":""}}],"usage":null}'
     word = b'{"id":"c1","choices":[{"index":0,"delta":{"content":"word "}}],"usage":null}'
     end = b'{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"length"}],"usage":null}'
@@ -89,9 +89,9 @@ def test_a_long_usage_less_stream_counts_each_delta_once() -> None:
 
 
 def test_the_last_usage_a_stream_reports_is_the_one_billed() -> None:
-    from inferd.services.chat import _StreamRelay
+    from inferd.services.chat_stream import StreamRelay
 
-    relay = _StreamRelay(None, None)  # type: ignore[arg-type]
+    relay = StreamRelay(None, None)  # type: ignore[arg-type]
     word = b'{"choices":[{"index":0,"delta":{"content":"a"}}],"usage":null}'
     running = b'{"choices":[{"index":0,"delta":{"content":"b"}}],"usage":{"prompt_tokens":5,"completion_tokens":2}}'
     final = b'{"choices":[],"usage": {"prompt_tokens": 5, "completion_tokens": 3}}'

@@ -23,7 +23,8 @@ from inferd.dialects.messages_mapping import error_envelope, from_chat, thinking
 from inferd.dialects.messages_stream import MessageStream
 from inferd.errors import InferdError
 from inferd.limits.base import Limits
-from inferd.services.chat import ChatCall, ChatService
+from inferd.services.chat import ChatService
+from inferd.services.chat_call import ChatCall
 
 
 class AnthropicRoute(JsonRoute):

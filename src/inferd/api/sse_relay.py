@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 from inferd.api.asgi import SSE_HEADERS, DisconnectWatch, Receive, Send, response_start
 from inferd.auth.key_record import KeyRecord
 from inferd.catalogue import ModelCatalogue
-from inferd.services.chat import DONE_FRAME, ChatCall
+from inferd.services.chat_call import DONE_FRAME, ChatCall
 
 log = logging.getLogger("inferd.api.sse_relay")
 

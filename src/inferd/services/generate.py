@@ -43,7 +43,7 @@ from inferd.auth.key_record import KeyRecord
 from inferd.catalogue import CHAT_TYPES, Model, ModelCatalogue
 from inferd.errors import InferdError, NotFound
 from inferd.services import bridging, grounding, retrieval
-from inferd.services.chat import DONE_FRAME
+from inferd.services.chat_call import DONE_FRAME
 from inferd.services.retrieval import Retriever
 from inferd.services.web_search import WEB_SEARCH_TOOL, WebSearch, WebSearchFailed, format_results
 from inferd.store.conversations import Access, NewMessage

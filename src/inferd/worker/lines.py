@@ -33,7 +33,8 @@ from inferd.metering.usage import Usage
 from inferd.protocol.chat import check_chat
 from inferd.protocol.checks import check_metadata
 from inferd.services.batches import error_line, new_request_id
-from inferd.services.chat import ChatCall, ChatService
+from inferd.services.chat import ChatService
+from inferd.services.chat_call import ChatCall
 from inferd.store.batches import LineResult
 
 PRICE_FACTOR = 0.5  # batch lines cost half the model's token rates
