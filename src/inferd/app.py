@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -52,6 +52,9 @@ from inferd.services.alerts import start_alerts
 from inferd.services.sources import start_purge
 from inferd.wiring import Services, build_services
 from inferd.worker.runner import worker_for
+
+if TYPE_CHECKING:
+    from inferd.tracing.spans import Tracing
 
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 log = logging.getLogger("inferd")
@@ -111,6 +114,7 @@ class InferdApp:
         self.settings = settings
         self.services: Services | None = None
         self._hot: dict[str, Any] = {}
+        self._tracing: Tracing | None = None  # `[tracing]`: a server span per /v1/ request; None: off
         # /docs and /redoc are api/docs.py's: FastAPI's own load their scripts from a CDN.
         self.api = FastAPI(title="inferd", version="1.0.0", lifespan=self._lifespan,
                            description=f"Self-hosted inference API (inferd {__version__})",
@@ -166,8 +170,10 @@ class InferdApp:
                         if services.metrics.multiprocess else None)
         self._body_clock.grace_s = services.config.limits.body_timeout_s
         self._body_clock.start()
+        self._tracing = services.tracing
         for route in self._hot.values():
             route.body_clock = self._body_clock
+            route.tracing = services.tracing
         batch_worker = worker_for(services) if self.settings.batch_worker else None
         if batch_worker is not None:
             batch_worker.start()
@@ -207,6 +213,8 @@ class InferdApp:
             return
         note = note_request(scope, self._ids)
         token = current.set(note)
+        if self._tracing is not None:
+            self._tracing.begin(scope, note)
         route = self._hot.get(scope["path"])
         try:
             if route is not None:  # starts its responses with observe.requests.response_start
@@ -231,6 +239,8 @@ class InferdApp:
         self._metrics.request(route, note.model, note.status, now - note.started)
         if self._access_log is not None:
             self._access_log.write(scope["method"], route, note, now)
+        if note.trace is not None:
+            self._tracing.end(note, route)  # type: ignore[union-attr]  # set when tracing is on
 
     def _template(self, scope: Scope) -> str:
         """The path template of the FastAPI route that answered ("" for an unknown route)."""

@@ -17,6 +17,7 @@ from inferd.config_alerts import AlertsConfig, parse_alerts
 from inferd.config_guardrails import GuardrailConfig, parse_guardrails
 from inferd.config_models import Cost, ModelConfig
 from inferd.config_pools import POOL_KEYS, check_pool_values, check_pools, expand_deployments
+from inferd.config_tracing import TracingConfig, parse_tracing
 from inferd.config_web_search import WebSearchConfig, parse_web_search
 from inferd.errors import ConfigError
 
@@ -90,6 +91,7 @@ class Catalogue:
     alerts: AlertsConfig | None = None  # `[alerts]`: budget alerts by webhook; None: none sent
     web_search: WebSearchConfig | None = None  # `[web_search]`: the provider of `webSearch=true`; None: ignored
     guardrails: tuple[GuardrailConfig, ...] = ()  # `[[guardrails]]`
+    tracing: TracingConfig | None = None  # `[tracing]`; None: traced only when the environment names a collector
     source: str = "built-in catalogue"
 
 
@@ -105,6 +107,9 @@ class Settings:
     model_dir: Path
     batch_worker: bool = True  # run the batch worker inside `inferd serve`
     log_format: str | None = None  # `--log-format` / INFERD_LOG_FORMAT; wins over `[logging] format`
+    # The standard OpenTelemetry variables naming a collector (config_tracing.py); the file's wins.
+    otlp_endpoint: str | None = None  # OTEL_EXPORTER_OTLP_ENDPOINT: a base URL
+    otlp_traces_endpoint: str | None = None  # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: the full traces URL
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -125,6 +130,8 @@ class Settings:
             model_dir=model_dir,
             batch_worker=overrides.get("batch_worker", env.get("INFERD_BATCH_WORKER", "1") != "0"),
             log_format=overrides.get("log_format") or env.get("INFERD_LOG_FORMAT") or None,
+            otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+            otlp_traces_endpoint=env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None,
         )
 
     def environ(self) -> dict[str, str]:
@@ -159,7 +166,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
 _TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging", "alerts",
-              "web_search", "guardrails")
+              "web_search", "guardrails", "tracing")
 
 
 class _Where:
@@ -412,5 +419,6 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         alerts=parse_alerts(where.fail, raw["alerts"]) if "alerts" in raw else None,
         web_search=parse_web_search(where.fail, raw["web_search"]) if "web_search" in raw else None,
         guardrails=parse_guardrails(where.fail, raw["guardrails"]) if "guardrails" in raw else (),
+        tracing=parse_tracing(where.fail, raw["tracing"]) if "tracing" in raw else None,
         source=str(path),
     )

@@ -3,9 +3,11 @@ usage writer and every engine, and hands them out as one `Services` (no module-l
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -17,6 +19,7 @@ from inferd.calls.health import HealthProber
 from inferd.calls.stage import CallStage
 from inferd.catalogue import ModelCatalogue
 from inferd.config import Catalogue, Settings, load_catalogue
+from inferd.config_tracing import resolve_tracing
 from inferd.engines.registry import EngineRegistry, default_registry
 from inferd.limits.base import Limits
 from inferd.limits.memory import MemoryRateLimiter, MemorySpendCounter
@@ -54,6 +57,10 @@ from inferd.store.orgs import OrgRepository
 from inferd.store.responses import ResponseRepository
 from inferd.store.users import UserRepository
 
+if TYPE_CHECKING:
+    from inferd.tracing.export import SpanQueue
+    from inferd.tracing.spans import Tracing
+
 
 @dataclass
 class Services:
@@ -86,6 +93,8 @@ class Services:
     conversations: ConversationService
     batches: BatchService
     responses: ResponsesService
+    tracing: "Tracing | None" = None  # `[tracing]` (or OTEL_EXPORTER_OTLP_ENDPOINT); None: off
+    trace_queue: "SpanQueue | None" = None  # the spans waiting for export, and its thread
 
     async def close(self) -> None:
         """Flush usage rows and release every connection."""
@@ -102,6 +111,8 @@ class Services:
         if self.hot is not None:
             self.hot.close()
         await self.db.dispose()
+        if self.trace_queue is not None:
+            await asyncio.to_thread(self.trace_queue.close)  # joins the export thread: off the event loop
 
 
 def load_config(settings: Settings, registry: EngineRegistry | None = None) -> tuple[Catalogue, EngineRegistry]:
@@ -144,6 +155,8 @@ async def build_services(settings: Settings) -> Services:
     key_lookup = KeyLookup(db, hot, key_cache)
     catalogue = ModelCatalogue(config.models, registry)
     stage = CallStage(catalogue, writer, metrics, limits)
+    tracing, trace_queue = _start_tracing(config, settings, metrics)
+    stage.tracing = tracing
     health = HealthProber(catalogue)
     health.start()
     users = UserRepository(db)
@@ -160,9 +173,25 @@ async def build_services(settings: Settings) -> Services:
                     audio=AudioService(catalogue, stage, config.audio.max_duration_s),
                     images=ImagesService(catalogue, stage), retriever=retriever,
                     guardrails=guardrails, generation=Generation(catalogue, chat, conversations, retriever, config.conversations,
-                                          WebSearch(config.web_search) if config.web_search else None),
+                                          WebSearch(config.web_search) if config.web_search else None,
+                                          tracing=tracing),
+                    tracing=tracing, trace_queue=trace_queue,
                     ingestion=Ingestion(db, catalogue, stage, conversations, config.conversations),
                     exchange=build_exchange(Authenticator(key_lookup), keys, users, config.idp, settings.config_path),
                     conversations=conversations,
                     batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches),
                     responses=ResponsesService(ResponseRepository(db, hot)))
+
+
+def _start_tracing(config: Catalogue, settings: Settings, metrics: Metrics
+                   ) -> "tuple[Tracing | None, SpanQueue | None]":
+    """The tracer and its export queue when a collector is named (the file's `[tracing]` or the
+    OTEL_* variables); (None, None) otherwise, with nothing of OpenTelemetry imported."""
+    resolved = resolve_tracing(config.tracing, settings.otlp_endpoint, settings.otlp_traces_endpoint)
+    if resolved is None:
+        return None, None
+    from inferd.tracing.export import DROP_REASONS, start_tracing  # imports opentelemetry: only when on
+
+    for reason in DROP_REASONS:
+        metrics.trace_spans_dropped(reason, 0)  # every reason shown at 0 from the start
+    return start_tracing(*resolved, metrics.trace_spans_dropped)

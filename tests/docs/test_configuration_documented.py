@@ -10,7 +10,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from inferd import config, config_alerts, config_guardrails, config_pools, config_web_search
+from inferd import config, config_alerts, config_guardrails, config_pools, config_tracing, config_web_search
 from inferd.engines.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +37,7 @@ def table_keys() -> dict[str, set[str]]:
         "alerts": {f.name for f in dataclasses.fields(config_alerts.AlertsConfig)},
         "web_search": {f.name for f in dataclasses.fields(config_web_search.WebSearchConfig)},
         "guardrails": set(config_guardrails._KNOWN),
+        "tracing": {f.name for f in dataclasses.fields(config_tracing.TracingConfig)},
         **{table: set(re.findall(r'"(\w+)"', keys)) for table, keys in observe.items()},
     }
 

@@ -255,7 +255,8 @@ class FakeUpstream:
         body = await request.json()
         self.requests.append({"path": request.path, "body": body,
                               "authorization": request.headers.get("Authorization"),
-                              "request_id": request.headers.get("x-request-id")})
+                              "request_id": request.headers.get("x-request-id"),
+                              "traceparent": request.headers.get("traceparent")})
         del self.requests[:-200]
         model = str(body.get("model", ""))
         sleep = _suffix_number(model, "mock-sleep-")
@@ -392,7 +393,7 @@ class FakeUpstream:
 
     async def embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self.requests.append({"path": request.path, "body": body})
+        self.requests.append({"path": request.path, "body": body, "traceparent": request.headers.get("traceparent")})
         status = _suffix_number(str(body.get("model", "")), "mock-error-")
         if status:
             return web.json_response({"error": {"message": "bad input", "type": "BadRequestError",

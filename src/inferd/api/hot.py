@@ -4,7 +4,7 @@ object body, and every error mapped to the envelope in one place."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Generic, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Generic, Iterable, TypeVar
 
 import orjson
 
@@ -15,6 +15,9 @@ from inferd.auth.principal import Authenticator, require_long_lived
 from inferd.calls.route import session_key
 from inferd.errors import InferdError, refused_text
 from inferd.limits.base import Limits
+
+if TYPE_CHECKING:
+    from inferd.tracing.spans import Tracing
 
 log = logging.getLogger("inferd.api")
 S = TypeVar("S")
@@ -33,6 +36,7 @@ class JsonRoute:
         self.auth = auth
         self.limits = limits
         self.body_clock = BodyClock()  # the app hands every route its one clock (`[limits] body_timeout_s`)
+        self.tracing: Tracing | None = None  # the app's, when `[tracing]` is on: told what the body asks
 
     async def handle(self, key: KeyRecord, body: dict[str, Any], scope: Scope, receive: Receive,
                      send: Send) -> None:
@@ -54,6 +58,8 @@ class JsonRoute:
             key = await self.auth.authenticate(self.credentials(scope))
             require_long_lived(key)
             body = await read_json_object(scope, receive, HOT_BODY_BYTES, self.body_clock)
+            if self.tracing is not None:
+                self.tracing.request_body(body)
             await self.handle(key, body, scope, receive, send)
         except InferdError as exc:
             await self.refuse(send, exc)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar
 
 from inferd.auth.key_record import KeyRecord
 from inferd.calls.pacing import Pacer
@@ -35,6 +35,10 @@ from inferd.metering.recorder import UsageRecorder
 from inferd.metering.usage import Usage, usage_for
 from inferd.observe.metrics import Metrics
 from inferd.observe.requests import current
+from inferd.tracing.context import attempting
+
+if TYPE_CHECKING:
+    from inferd.tracing.spans import AttemptSpan, Tracing
 
 log = logging.getLogger("inferd.calls")
 
@@ -111,6 +115,7 @@ class CallStage:
         self.metrics = metrics
         self._limits = limits  # the per-model windows, and the tokens every tpm window counts
         self._model_tpm = any(m.config.rpm is not None or m.config.tpm is not None for m in catalogue.models)
+        self.tracing: Tracing | None = None  # `[tracing]`: a span per attempt; None: off (one test per attempt)
 
     async def _admit_model(self, key: KeyRecord, model: Model) -> None:
         """The windows of the model asked for (the key's and team's `--model-limit`, the model's own
@@ -127,7 +132,7 @@ class CallStage:
 
     async def _first_answer(self, model: Model, capability: type[E], key: KeyRecord, affinity: str | None,
                             attempt: Callable[[E, Deployment, Model], Awaitable[T]], hold: bool = False,
-                            pacer: Pacer | None = None) -> tuple[T, Model, int]:
+                            pacer: Pacer | None = None, operation: str | None = None) -> tuple[T, Model, int]:
         """The first answer of `attempt` over the route (model, index of the deployment that gave it).
         The slot is released after each attempt, or kept on success when `hold` (a stream keeps
         its slot until it ends; never paced). Raises _Exhausted, or the first final (non-failover)
@@ -146,19 +151,26 @@ class CallStage:
                 break
             answering, index = slot
             deployment = answering.deployments[index]
+            span = None if self.tracing is None else self.tracing.attempt(capability, deployment, answering, operation)
             try:
                 value = await attempt(deployment.serving(capability), deployment, answering)
             except InferdError as exc:
                 route.release(answering, index)
                 reason = failover_reason(exc)
+                if span is not None:
+                    span.failed(exc, reason)
                 if reason is None:
                     raise _Exhausted(exc, deployment) from None
                 _failing_over(answering, index, reason, exc)
                 last = _Exhausted(exc, deployment)
                 continue
-            except BaseException:
+            except BaseException as exc:
                 route.release(answering, index)
+                if span is not None:
+                    span.failed(exc, None)
                 raise
+            if span is not None:
+                span.answered(value, hold)  # a stream's span stays open: its lease ends it
             if not hold:
                 route.release(answering, index)
             answering.pool.succeeded(index)
@@ -199,7 +211,7 @@ class CallStage:
         """Run `attempt` with the same routing and failover as `call`, writing no usage row (token
         counts, which cost nothing)."""
         try:
-            return (await self._first_answer(model, capability, key, affinity, attempt))[0]
+            return (await self._first_answer(model, capability, key, affinity, attempt, operation="count_tokens"))[0]
         except _Exhausted as failed:
             raise failed.error from None
 
@@ -244,12 +256,14 @@ class CallStage:
         started = time.perf_counter()
 
         async def first_batch(engine: ChatEngine, deployment: Deployment, answering: Model
-                              ) -> tuple[list[bytes], AsyncIterator[list[bytes]]]:
+                              ) -> tuple[list[bytes], AsyncIterator[list[bytes]], AttemptSpan | None]:
             events = open_events(engine, deployment, answering)
+            # The attempt's span, when traced: the stream's lease ends it.
+            span: AttemptSpan | None = None if self.tracing is None else attempting.get()  # type: ignore[assignment]
             try:
-                return await events.__anext__(), events
+                return await events.__anext__(), events, span
             except StopAsyncIteration:
-                return [], events
+                return [], events, span
             except BaseException:
                 await events.aclose()  # type: ignore[attr-defined]
                 raise
@@ -262,8 +276,8 @@ class CallStage:
         calls.began()
         try:
             await self._admit_model(billing.key, model)
-            (first, events), answering, index = await self._first_answer(model, ChatEngine, billing.key, affinity,
-                                                                         first_batch, hold=True)
+            (first, events, span), answering, index = await self._first_answer(model, ChatEngine, billing.key,
+                                                                               affinity, first_batch, hold=True)
         except BaseException as exc:
             try:
                 if isinstance(exc, _Exhausted):
@@ -274,7 +288,11 @@ class CallStage:
                 calls.ended()
         deployment = answering.deployments[index]
         self.metrics.first_token(answering.id, deployment.name, time.perf_counter() - started)
-        return StreamLease(self, billing, answering, deployment, index, first, events, started)
+        lease = StreamLease(self, billing, answering, deployment, index, first, events, started)
+        if span is not None:
+            lease.span = span
+            lease.events = span.watch(first, events)
+        return lease
 
 
 def _noted(usage: Usage) -> None:
@@ -308,6 +326,7 @@ class StreamLease:
         self._index = index
         self._slot = True  # holds a slot of its deployment
         self._active = True  # counted in the usage writer's calls under way
+        self.span: AttemptSpan | None = None  # the attempt's trace span, when traced: ended with the stream
 
     async def finish(self, status: int, prompt: int, completion: int, cached: int = 0) -> Usage:
         """Free the slot, then meter the stream (durable before this returns)."""
@@ -316,6 +335,8 @@ class StreamLease:
                           completion, started=self.started, cached=cached, metadata=self._billing.metadata,
                           price_factor=self._billing.price_factor)
         _noted(usage)
+        if self.span is not None:
+            self.span.finished(status, prompt, completion)
         try:
             await self._stage.record(usage, self._billing.key)
         finally:
@@ -326,6 +347,8 @@ class StreamLease:
         """Free the slot without metering (idempotent; `finish` does both)."""
         self._free_slot()
         self._leave()
+        if self.span is not None:
+            self.span.end()
 
     def _free_slot(self) -> None:
         if self._slot:

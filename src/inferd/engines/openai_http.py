@@ -17,7 +17,8 @@ from inferd.engines.hf_tokenizer import ChatTemplateTokenizer
 from inferd.engines.transcripts import PLAIN_FORMATS, spoken_text
 from inferd.engines.upstream_http import (UpstreamBroke, UpstreamHTTP, UpstreamReply, UpstreamUnreachable,
                                          retry_after_seconds)
-from inferd.observe.requests import current_request_id
+from inferd.observe.requests import current
+from inferd.tracing.context import attempting
 from inferd.errors import (ConfigError, EngineCredentialsRefused, EngineError, EngineTimeout, EngineUnavailable,
                            InvalidRequest, RelayedError)
 
@@ -114,11 +115,19 @@ class OpenAIHTTPEngine:
 
     async def _send(self, method: str, url: str, body: bytes | None = None,
                     form: aiohttp.FormData | None = None) -> UpstreamReply:
-        """One request, up to the answer's head, carrying the request's `x-request-id`."""
+        """One request, up to the answer's head, carrying the request's `x-request-id` and, when the
+        request is traced, the attempt's `traceparent`."""
+        note = current.get()
+        request_id = trace = None
+        if note is not None:
+            request_id = note.request_id
+            if note.trace is not None:
+                attempt = attempting.get()
+                trace = attempt.headers if attempt is not None else None
         try:
             if form is not None:
-                return await self._http.post_form(url, form, current_request_id())
-            return await self._http.request(method, url, body, current_request_id())
+                return await self._http.post_form(url, form, request_id, trace)
+            return await self._http.request(method, url, body, request_id, trace)
         except asyncio.TimeoutError:
             raise self._timed_out(url) from None
         except UpstreamUnreachable as exc:  # its text holds host:port

@@ -129,24 +129,31 @@ class UpstreamHTTP:
         return head
 
     async def request(self, method: str, url: str, body: bytes | None = None,
-                      request_id: str | None = None) -> UpstreamReply:
-        """`method url` with `body`, up to the answer's head."""
+                      request_id: str | None = None, trace: dict[str, str] | None = None) -> UpstreamReply:
+        """`method url` with `body`, up to the answer's head; `trace`: the attempt's trace headers."""
         if self._lean is not None:
             parts = [self._head(method, url)]
             if request_id is not None:
                 parts.append(b"x-request-id: %s\r\n" % request_id.encode("latin-1"))
+            if trace is not None:
+                parts.append("".join(f"{name}: {value}\r\n" for name, value in trace.items()).encode("latin-1"))
             parts.append(b"Content-Length: %d\r\n\r\n" % len(body) if body is not None else b"\r\n")
             if body is not None:
                 parts.append(body)
             return await self._lean.request(b"".join(parts))  # the body copied once, not per part
         headers = self._headers if request_id is None else {**self._headers, "x-request-id": request_id}
+        if trace is not None:
+            headers = {**headers, **trace}
         return await self._aiohttp_request(method, url, data=body, headers=headers)
 
-    async def post_form(self, url: str, form: aiohttp.FormData, request_id: str | None = None) -> UpstreamReply:
+    async def post_form(self, url: str, form: aiohttp.FormData, request_id: str | None = None,
+                        trace: dict[str, str] | None = None) -> UpstreamReply:
         """A multipart POST (aiohttp writes the form); the form sets its own Content-Type."""
         headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
         if request_id is not None:
             headers["x-request-id"] = request_id
+        if trace is not None:
+            headers.update(trace)
         return await self._aiohttp_request("POST", url, data=form, headers=headers)
 
     async def _aiohttp_request(self, method: str, url: str, **kwargs: Any) -> UpstreamReply:

@@ -74,7 +74,10 @@ class Metrics:
                                "failed).", ("outcome",), registry=r)
         self._guardrails = Counter("inferd_guardrail_actions_total", "Guardrail actions taken (block, redact, log), "
                                    "by guardrail and direction.", ("guardrail", "direction", "action"), registry=r)
+        self._spans_dropped = Counter("inferd_trace_spans_dropped_total", "Trace spans lost before a collector took "
+                                      "them, by reason (queue_full, export_failed, shutdown).", ("reason",), registry=r)
         self._request_children: dict[tuple[str, str, int], tuple[object, object]] = {}
+        self._dropped_children: dict[str, object] = {}
         self._ttft_children: dict[tuple[str, str], object] = {}
         self._token_children: dict[str, tuple[object, object, object, object]] = {}
         self._rejection_children = {reason: self._rejections.labels(reason)
@@ -136,6 +139,13 @@ class Metrics:
     def guardrail(self, name: str, direction: str, action: str) -> None:
         """A guardrail acted on a call's input or output (its name and the action; never the text)."""
         self._guardrails.labels(name, direction, action).inc()
+
+    def trace_spans_dropped(self, reason: str, count: int) -> None:
+        """Spans the exporter lost (called from its thread; prometheus_client counters are thread-safe)."""
+        child = self._dropped_children.get(reason)  # a dict hit: a stuck collector drops every span
+        if child is None:
+            child = self._dropped_children[reason] = self._spans_dropped.labels(reason)
+        child.inc(count)  # type: ignore[attr-defined]
 
     # When read -------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ class RequestNote:
     """One request's facts, filled in as it goes."""
 
     __slots__ = ("request_id", "started", "status", "key_id", "org", "model", "deployment", "prompt_tokens",
-                 "completion_tokens", "rejection", "rate")
+                 "completion_tokens", "rejection", "rate", "trace")
 
     def __init__(self, request_id: str, started: float) -> None:
         self.request_id = request_id
@@ -40,6 +40,7 @@ class RequestNote:
         self.completion_tokens = 0
         self.rejection: str | None = None
         self.rate: Any = None  # the windows' state (limits/base.py RateState): the x-ratelimit-* headers
+        self.trace: Any = None  # the request's server span (tracing/spans.py ServerSpan); None: not traced
 
     def metered(self, model: str, deployment: str, prompt: int, completion: int) -> None:
         """A metered call of this request ended (a generate turn may make several)."""

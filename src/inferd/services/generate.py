@@ -51,6 +51,7 @@ from inferd.store.conversations import Access, NewMessage
 if TYPE_CHECKING:
     from inferd.services.chat import ChatService
     from inferd.services.conversations import ConversationService
+    from inferd.tracing.spans import Tracing
 
 log = logging.getLogger("inferd.generate")
 
@@ -184,7 +185,7 @@ class GenerateTurn:
             await emit(sse({"type": "sources", "conversation_id": self._conversation_id, "active": True}))
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, *history_messages(self._history)]
         try:
-            passages = await self._retrieve(messages, emit) if self._has_sources else []
+            passages = await self._retrieving(messages, emit) if self._has_sources else []
             web_passages = await self._search_web(messages, emit, passages) if self._web is not None else []
             if web_passages:
                 passages = [*passages, *web_passages]
@@ -217,6 +218,13 @@ class GenerateTurn:
         except InferdError as exc:
             await emit(sse({"error": {"message": exc.message, "type": exc.type, "code": exc.code}}))
 
+    def _retrieving(self, messages: list[dict[str, Any]],
+                    emit: Callable[[bytes], Awaitable[None]]) -> Awaitable[list[grounding.Excerpt]]:
+        """`_retrieve`, inside a span of its own when the request is traced."""
+        tracing = self._gen.tracing
+        run = self._retrieve(messages, emit)
+        return run if tracing is None else tracing.retrieval(run, self._conversation_id)
+
     async def _retrieve(self, messages: list[dict[str, Any]],
                         emit: Callable[[bytes], Awaitable[None]]) -> list[grounding.Excerpt]:
         """Search the sources for the question before any model call; store what the model will read
@@ -241,6 +249,8 @@ class GenerateTurn:
                 messages, question, excerpts)
         except InferdError as exc:
             log.warning("retrieval failed in conversation %s: %s", self._conversation_id, exc.message)
+            if self._gen.tracing is not None:
+                self._gen.tracing.failed(exc)  # the retrieval span's error; the turn goes on
             row_id = await self._save(NewMessage(
                 role="tool", message=f"search_sources failed: {exc.message}", user_id=self._user_id,
                 tool_call_id=call_id, tool_name="search_sources", tool_status="error", turn_id=self._turn_id,
@@ -445,6 +455,7 @@ class Generation:
     retriever: Retriever
     settings: Mapping[str, Any]
     web: WebSearch | None = None  # `[web_search]`'s provider; None: `webSearch=true` is ignored
+    tracing: "Tracing | None" = None  # `[tracing]`: the retrieval of a turn is a span of its own
 
     async def prepare(self, key: KeyRecord, conversation_id: int, message_id: int, model: str,
                       thinking: bool, web_search: bool = False) -> GenerateTurn:
