@@ -17,6 +17,7 @@ from inferd.config_alerts import AlertsConfig, parse_alerts
 from inferd.config_guardrails import GuardrailConfig, parse_guardrails
 from inferd.config_models import Cost, ModelConfig
 from inferd.config_pools import POOL_KEYS, check_pool_values, check_pools, expand_deployments
+from inferd.config_storage import StorageConfig, parse_storage
 from inferd.config_tracing import TracingConfig, parse_tracing
 from inferd.config_web_search import WebSearchConfig, parse_web_search
 from inferd.errors import ConfigError
@@ -91,6 +92,7 @@ class Catalogue:
     alerts: AlertsConfig | None = None  # `[alerts]`: budget alerts by webhook; None: none sent
     web_search: WebSearchConfig | None = None  # `[web_search]`: the provider of `webSearch=true`; None: ignored
     guardrails: tuple[GuardrailConfig, ...] = ()  # `[[guardrails]]`
+    storage: StorageConfig = field(default_factory=StorageConfig)  # `[storage]`: where file bytes live
     tracing: TracingConfig | None = None  # `[tracing]`; None: traced only when the environment names a collector
     source: str = "built-in catalogue"
 
@@ -166,7 +168,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
 _TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging", "alerts",
-              "web_search", "guardrails", "tracing")
+              "web_search", "guardrails", "storage", "tracing")
 
 
 class _Where:
@@ -419,6 +421,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         alerts=parse_alerts(where.fail, raw["alerts"]) if "alerts" in raw else None,
         web_search=parse_web_search(where.fail, raw["web_search"]) if "web_search" in raw else None,
         guardrails=parse_guardrails(where.fail, raw["guardrails"]) if "guardrails" in raw else (),
+        storage=parse_storage(where.fail, raw["storage"]) if "storage" in raw else StorageConfig(),
         tracing=parse_tracing(where.fail, raw["tracing"]) if "tracing" in raw else None,
         source=str(path),
     )

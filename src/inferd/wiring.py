@@ -48,7 +48,7 @@ from inferd.services.sources import attach_sources
 from inferd.services.conversations import ConversationService
 from inferd.store.batches import BatchRepository
 from inferd.store.db import create_engine, migrate
-from inferd.store.files import FileStore
+from inferd.store.files import build_file_store
 from inferd.store.conversations import ConversationRepository
 from inferd.store.hot_sqlite import HotSqlite
 from inferd.store.key_cache import KeyCache
@@ -179,7 +179,8 @@ async def build_services(settings: Settings) -> Services:
                     ingestion=Ingestion(db, catalogue, stage, conversations, config.conversations),
                     exchange=build_exchange(Authenticator(key_lookup), keys, users, config.idp, settings.config_path),
                     conversations=conversations,
-                    batches=BatchService(BatchRepository(db), FileStore(db, settings.data_dir), config.batches),
+                    batches=BatchService(BatchRepository(db),
+                                         build_file_store(db, settings.data_dir, config.storage), config.batches),
                     responses=ResponsesService(ResponseRepository(db, hot)))
 
 

@@ -5,15 +5,21 @@ has a 5 s window and a 3 s retention; `api_server` runs no worker (tests start
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
 import orjson
 import pytest
+from sqlalchemy import select
+
+from inferd.store.db import create_engine
+from inferd.store.tables import file_chunks
 
 from tests.harness import INFERD, Server, Upstream, auth, clean_env, own_backend, pg_drop_database, write_config
 
@@ -115,13 +121,21 @@ def cli(server: Server, *args: str) -> str:
 
 
 class Worker:
-    """An `inferd batch-worker` process beside a server (same database and data dir)."""
+    """An `inferd batch-worker` process beside a server: on the same database, with a data
+    directory of its own on PostgreSQL (as on another machine: files are in the database) and the
+    server's on SQLite (whose files are in the data directory). `data_dir` chooses one."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, data_dir: Path | None = None) -> None:
         self.server = server
-        self.log_path = server.data_dir / f"worker-{uuid.uuid4().hex[:6]}.log"
+        if data_dir is None:
+            data_dir = server.data_dir
+            if server.backend.database_url.startswith("postgresql"):
+                data_dir = server.data_dir.parent / f"worker-{uuid.uuid4().hex[:6]}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = data_dir
+        self.log_path = data_dir / f"worker-{uuid.uuid4().hex[:6]}.log"
         env = clean_env({**server.backend.env(), "INFERD_CONFIG": str(server.config),
-                         "INFERD_DATA_DIR": str(server.data_dir)})
+                         "INFERD_DATA_DIR": str(data_dir)})
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen([INFERD, "batch-worker"], stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -211,3 +225,23 @@ def wait_in_flight(upstream: Upstream, marker: str, timeout: float = 20) -> None
     while not any(marker in orjson.dumps(r["body"].get("messages")).decode() for r in upstream.requests()):
         assert time.monotonic() < deadline, f"no line with {marker!r} reached the upstream"
         time.sleep(0.05)
+
+
+def stored_bytes(server: Server, file_id: str) -> bytes | None:
+    """The bytes the file store keeps for `file_id` (None: none at all), wherever the server's
+    backend keeps them: the data directory (SQLite), or the database's chunks (PostgreSQL)."""
+    local = server.data_dir / "files" / f"{file_id}.jsonl"
+    if local.exists():
+        return local.read_bytes()
+
+    async def chunks() -> list[bytes]:
+        engine = create_engine(server.backend.database_url)
+        try:
+            async with engine.connect() as conn:
+                return [bytes(c) for c in (await conn.execute(select(file_chunks.c.data).where(
+                    file_chunks.c.file_id == file_id).order_by(file_chunks.c.seq))).scalars()]
+        finally:
+            await engine.dispose()
+
+    pieces = asyncio.run(chunks())
+    return b"".join(pieces) if pieces else None

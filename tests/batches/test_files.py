@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tests.batches.conftest import create, jsonl, request_line, upload
+from tests.batches.conftest import create, jsonl, request_line, stored_bytes, upload
 from tests.harness import Server, auth
 
 MIB = 1024 * 1024
@@ -27,13 +27,13 @@ def test_upload_get_content_delete(batch_server: Server) -> None:
     assert got == uploaded
     body = httpx.get(f"{batch_server.v1}/files/{uploaded['id']}/content", headers=auth(key))
     assert body.status_code == 200 and body.content == data
-    stored = batch_server.data_dir / "files" / f"{uploaded['id']}.jsonl"
-    assert stored.read_bytes() == data
-    assert not [p for p in stored.parent.iterdir() if p.name.startswith(".upload-") or "inferd-upload" in p.name]
+    assert stored_bytes(batch_server, uploaded["id"]) == data
+    spool = batch_server.data_dir / "files"
+    assert not [p for p in spool.iterdir() if p.name.startswith(".upload-") or "inferd-upload" in p.name]
 
     deleted = httpx.delete(f"{batch_server.v1}/files/{uploaded['id']}", headers=auth(key))
     assert deleted.json() == {"id": uploaded["id"], "object": "file", "deleted": True}
-    assert not stored.exists()
+    assert stored_bytes(batch_server, uploaded["id"]) is None
     for path in (f"/files/{uploaded['id']}", f"/files/{uploaded['id']}/content"):
         gone = httpx.get(batch_server.v1 + path, headers=auth(key))
         assert gone.status_code == 404 and gone.json()["error"]["type"] == "not_found_error"
@@ -133,7 +133,10 @@ def test_files_belong_to_their_key(batch_server: Server) -> None:
     assert httpx.get(f"{batch_server.v1}/files/{uploaded['id']}", headers=auth(admin)).json() == uploaded
 
 
-def test_files_live_in_the_data_dir(batch_server: Server) -> None:
+def test_files_live_in_the_store(batch_server: Server) -> None:
+    """In the data directory on SQLite; in the database on PostgreSQL, never on the replica's disk."""
     key = batch_server.create_key()
     uploaded = upload(batch_server, key, b"{}\n")
-    assert Path(batch_server.data_dir / "files" / f"{uploaded['id']}.jsonl").is_file()
+    local = Path(batch_server.data_dir / "files" / f"{uploaded['id']}.jsonl")
+    assert local.is_file() != batch_server.backend.database_url.startswith("postgresql")
+    assert stored_bytes(batch_server, uploaded["id"]) == b"{}\n"

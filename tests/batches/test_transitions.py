@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tests.batches.conftest import Worker, batch_usage, content, create, get, jsonl, request_line, upload, \
-    wait_for, wait_in_flight
+    stored_bytes, wait_for, wait_in_flight
 from tests.harness import Server, Upstream, auth
 
 
@@ -206,5 +206,5 @@ def test_expiry_and_retention(short_server: Server) -> None:
         assert time.monotonic() < deadline, "retention job did not delete the files"
         time.sleep(0.2)
     for file_id in files[:2]:
-        assert not (short_server.data_dir / "files" / f"{file_id}.jsonl").exists()
+        assert stored_bytes(short_server, file_id) is None  # gone from the store, not only the row
     assert httpx.get(f"{short_server.v1}/files/{files[2]}", headers=auth(key)).status_code == 200

@@ -1,11 +1,12 @@
-"""/v1/files: upload (multipart, streamed to the data dir, 413 past 64 MiB), read, content, delete."""
+"""/v1/files: upload (multipart, spooled to the data dir, 413 past 64 MiB, then handed to the file
+store's backend), read, content (streamed from the backend), delete."""
 
 from __future__ import annotations
 
-import asyncio
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response, StreamingResponse
 
 from inferd.api.deps import long_lived_key, services
 from inferd.api.body_limits import FILE_UPLOAD_BYTES
@@ -20,6 +21,12 @@ from inferd.store.files import StoredFile, new_file_id
 router = APIRouter(tags=["files"])
 
 PURPOSES = ("batch",)
+
+
+def attachment(filename: str) -> str:
+    """The Content-Disposition of a download, as FileResponse writes it for a local file."""
+    quoted = quote(filename)
+    return f"attachment; filename*=utf-8''{quoted}" if quoted != filename else f'attachment; filename="{filename}"'
 
 
 async def _own_file(request: Request, file_id: str, key: KeyRecord) -> StoredFile:
@@ -45,8 +52,8 @@ async def upload_file(request: Request, key: KeyRecord = Depends(long_lived_key)
             raise InvalidRequest(f"purpose: must be one of {', '.join(PURPOSES)}", param="purpose")
         assert upload.path is not None
         file_id = new_file_id()
-        path = await asyncio.to_thread(store.publish, upload.path, file_id)  # fsync off the event loop
-        upload.path = None  # renamed into place: no longer ours to discard
+        spooled, upload.path = upload.path, None  # the store consumes the spool file
+        path = await store.publish(spooled, file_id)
     finally:
         upload.discard()
     stored = await store.add(file_id, key.org_id, key.access_key_id, upload.filename or "upload.jsonl", upload.size,
@@ -62,13 +69,20 @@ async def get_file(request: Request, file_id: str, key: KeyRecord = Depends(long
 
 @router.get("/v1/files/{file_id}/content", response_class=FileResponse,
             responses={200: {"content": {"application/jsonl": {}}}})
-async def file_content(request: Request, file_id: str, key: KeyRecord = Depends(long_lived_key)) -> FileResponse:
-    """The file's bytes (JSONL)."""
+async def file_content(request: Request, file_id: str, key: KeyRecord = Depends(long_lived_key)) -> Response:
+    """The file's bytes (JSONL), streamed from wherever they are kept."""
     stored = await _own_file(request, file_id, key)
-    path = services(request).batches.files.absolute(stored)
-    if not path.is_file():
+    store = services(request).batches.files
+    path = store.local_path(stored)
+    if path is not None:  # in this data directory: sent by the server's file sender
+        if not path.is_file():
+            raise NotFound(f"The content of file '{file_id}' is gone", code="file_not_found")
+        return FileResponse(path, media_type="application/jsonl", filename=stored.filename)
+    chunks = await store.open(stored)
+    if chunks is None:
         raise NotFound(f"The content of file '{file_id}' is gone", code="file_not_found")
-    return FileResponse(path, media_type="application/jsonl", filename=stored.filename)
+    return StreamingResponse(chunks, media_type="application/jsonl", headers={
+        "content-length": str(stored.bytes), "content-disposition": attachment(stored.filename)})
 
 
 @router.delete("/v1/files/{file_id}", response_model=FileDeleted)

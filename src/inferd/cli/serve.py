@@ -15,6 +15,7 @@ from inferd.app import InferdApp
 from inferd.cli.common import run_with_db, settings_from_env
 from inferd.cli.keys import create_key
 from inferd.config import LOG_FORMATS, Settings
+from inferd.config_storage import storage_backend
 from inferd.errors import ConfigError
 from inferd.limits.worker_window import FILE_ENV as WORKER_RATE_FILE_ENV
 from inferd.observe.logs import startup_line
@@ -73,6 +74,7 @@ def serve(host: str, port: int, config_path: Path | None, data_dir: Path | None,
                                  batch_worker=False if no_batch_worker else None, log_format=log_format)
     try:
         catalogue, _ = load_config(settings)
+        storage_backend(catalogue.storage, not settings.database_url.startswith("sqlite"))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     settings.data_dir.mkdir(parents=True, exist_ok=True)

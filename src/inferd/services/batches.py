@@ -162,7 +162,8 @@ class BatchService:
         stored = await self.files.get(row["input_file_id"])
         if stored is None:
             return
-        checked = await asyncio.to_thread(validate_file, self.files.absolute(stored))
+        async with self.files.local_copy(stored) as path:
+            checked = await asyncio.to_thread(validate_file, path)
         if not checked.errors:
             await self.repo.store_lines(row["id"], owner, LEASE_SECONDS, checked.lines)
 
@@ -191,7 +192,7 @@ class BatchService:
         for file_id, content, label in ((f"file-out-{hex_id}", output, "output"),
                                         (f"file-err-{hex_id}", failed, "error")):
             if content:
-                path, size = await asyncio.to_thread(self.files.write_lines, file_id, content)
+                path, size = await self.files.write_lines(file_id, content)
                 new_files.append({"id": file_id, "org_id": row["org_id"], "key_id": row["key_id"],
                                   "filename": f"{batch_id}_{label}.jsonl",
                                   "bytes": size, "purpose": "batch_output", "status": "processed", "path": path,

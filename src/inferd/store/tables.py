@@ -246,6 +246,16 @@ files = Table(
     Index("ix_files_expires", "expires_at"),
 )
 
+# Since 0017: the bytes of files kept in the database (`[storage] backend = "postgres"`), in chunks of
+# 1 MiB numbered from 0, so neither an upload nor a download holds a file whole. A file's row names
+# them by `path` `pg:<file id>`; a stored file has at least one chunk (an empty file one empty chunk).
+file_chunks = Table(
+    "file_chunks", metadata,
+    Column("file_id", String(64), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
+
 # `seq` orders listings (newest first) and is the claim order; the worker holds a lease
 # (`lease_owner` until `lease_until`) while it runs a batch, and a crashed worker's lease expires.
 batches = Table(

@@ -213,7 +213,10 @@ class BatchRun:
             await service.finalise(self.id, owner, "cancelled")
             return False
         stored = await service.files.get(self.row["input_file_id"])
-        checked = await asyncio.to_thread(validate_file, service.files.absolute(stored)) if stored else None
+        checked = None
+        if stored is not None:
+            async with service.files.local_copy(stored) as path:  # a spool copy unless in the data dir
+                checked = await asyncio.to_thread(validate_file, path)
         if checked is None or checked.errors:
             errors = checked.diagnosis() if checked else {"object": "list", "data": [
                 {"code": "file_not_found", "message": "The input file no longer exists", "line": None,
