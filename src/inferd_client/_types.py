@@ -229,6 +229,7 @@ class UsageRow(APIObject):
     cost_usd: float = 0.0
     team_id: int | None = None
     team: str | None = None  # the team's name
+    guardrail: str | None = None  # the output guardrail that withheld the reply
     metadata: dict[str, str] | None = None
 
 

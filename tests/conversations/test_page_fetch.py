@@ -106,6 +106,21 @@ def test_every_redirect_is_checked(web: FakeWeb) -> None:
     assert "more than 5 redirects" in refused(f"{web.url}/redirect?hops=6", allowed)
 
 
+RAW = "Plain words about <b>herons</b>."  # the /typed page: text as it is, unless HTML
+
+
+@pytest.mark.parametrize("kind,expected", [
+    ("text/plain", RAW), ("TEXT/PLAIN; charset=UTF-8", RAW), ("Text/Markdown", RAW),
+    ("TEXT/HTML", "Plain words about herons."),
+    ("application/pdf", ""), ("IMAGE/PNG", ""),
+])
+def test_a_pages_content_type_is_read_whatever_its_case(web: FakeWeb, kind: str, expected: str) -> None:
+    """Media types are case-insensitive: `TEXT/PLAIN` is text, `TEXT/HTML` is HTML made text, and
+    anything else is no text at all."""
+    web.reset()
+    assert fetch(f"{web.url}/typed?type={quote(kind)}", ("127.0.0.1",)).strip() == expected
+
+
 def test_schemes_other_than_http_are_refused() -> None:
     for url in ("file:///etc/passwd", "ftp://example.com/x", "gopher://example.com/"):
         assert "http and https" in refused(url)

@@ -15,6 +15,8 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
 - `mock-echo`            answers with the last message's text as it arrived (streamed one word per chunk)
 - `mock-echo-think`      the same text as its reasoning (`reasoning_content`, one word per chunk), then
                          the answer "done"
+- `mock-echo-cut-<N>`    answers as `mock-echo`, streamed in pieces of N characters, 20 ms apart (a value
+                         cut across chunks)
 - `mock-nousage`         never reports usage
 - `mock-flaky-<N>`       answers 503 to the first N requests with the same messages, then normally
 - `mock-agent`           (streams) calls the first offered tool with `{"query": <last user message>}`,
@@ -134,7 +136,7 @@ def fake_relevance(query: str, document: str) -> float:
 def _reply_words(body: dict[str, Any]) -> tuple[list[str], str]:
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     words = list(REPLY_WORDS)
-    if body.get("model") in ("mock-echo", "mock-echo-think"):
+    if body.get("model") in ("mock-echo", "mock-echo-think") or str(body.get("model")).startswith("mock-echo-cut-"):
         messages = body.get("messages") or [{}]
         content = messages[-1].get("content")
         text = content if isinstance(content, str) else " ".join(
@@ -362,6 +364,13 @@ class FakeUpstream:
             words = _grounded_answer(body, model)
         if model == "mock-reasoning":
             await write_split(frame({"reasoning_content": "thinking"}))
+        cut = _suffix_number(model, "mock-echo-cut-")
+        if cut:
+            text = " ".join(words)
+            for start in range(0, len(text), int(cut)):
+                await asyncio.sleep(0.02)
+                await write_split(frame({"content": text[start:start + int(cut)]}))
+            words = []
         if model == "mock-echo-think":
             for index, word in enumerate(words):
                 await write_split(frame({"reasoning_content": (" " if index else "") + word}))

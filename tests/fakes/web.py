@@ -7,7 +7,8 @@ One HTTP server on 127.0.0.1 (a thread of the test process) speaking:
 - Tavily's: `POST /search` `{"query", "max_results"}` with `Authorization: Bearer tavily-key`
   -> `{"results": [{"title", "url", "content"}]}` (401 for another token)
 - pages: `GET /pages/<name>` (HTML), `GET /redirect?to=URL` (302; `?hops=N`: a chain of N redirects
-  ending at /pages/lark), `GET /big` (3 MiB of HTML)
+  ending at /pages/lark), `GET /big` (3 MiB of HTML), `GET /typed?type=T` (a short page whose
+  content type is T)
 
 The results of every query are `RESULTS`, their URLs on this server (or, for a path in `redirects`,
 a `/redirect` to the URL named there). `mode` makes the provider fail:
@@ -117,6 +118,9 @@ class FakeWeb:
                     hops = int(query.get("hops", "0"))  # a chain: /redirect?hops=N takes N more redirects
                     target = f"/redirect?hops={hops - 1}" if hops > 1 else query.get("to", "/pages/lark")
                     self._send(302, b"", "text/plain", {"location": target})
+                elif parts.path == "/typed":  # a short page served as `?type=` says
+                    web.pages_served.append(parts.path)
+                    self._send(200, b"Plain words about <b>herons</b>.", query.get("type", "text/plain"))
                 elif parts.path == "/big":
                     web.pages_served.append(parts.path)
                     paragraph = b"<p>" + b"filler words of a very long page " * 30 + b"</p>\n"

@@ -107,7 +107,7 @@ def _usage_row(row: dict[str, Any]) -> dict[str, Any]:
             "cached_prompt_tokens": row["cached_prompt_tokens"], "latency_ms": row["latency_ms"],
             "status_code": row["status_code"], "cost_usd": row["cost_usd"], "created_at": rfc3339(row["created_at"]),
             "team_id": row["team_id"], "team": row["team"],
-            "metadata": orjson.loads(row["metadata"]) if row["metadata"] else None}
+            "metadata": orjson.loads(row["metadata"]) if row["metadata"] else None, "guardrail": row["guardrail"]}
 
 
 def _summary_row(group: SummaryGroup) -> dict[str, Any]:

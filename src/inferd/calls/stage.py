@@ -56,6 +56,7 @@ class Answer(Generic[T]):
     completion_tokens: int = 0
     cached_tokens: int = 0
     cost_usd: float | None = None
+    guardrail: str | None = None  # the output guardrail that withheld the reply (on its usage row)
 
 
 def reported_prompt_tokens(reply: dict[str, Any]) -> int:
@@ -198,7 +199,8 @@ class CallStage:
             deployment = answering.deployments[index]
             usage = usage_for(billing.key, deployment.config, billing.workspace, 200, answer.prompt_tokens,
                               answer.completion_tokens, started=started, cached=answer.cached_tokens,
-                              metadata=billing.metadata, price_factor=billing.price_factor, cost_usd=answer.cost_usd)
+                              metadata=billing.metadata, price_factor=billing.price_factor, cost_usd=answer.cost_usd,
+                              guardrail=answer.guardrail)
             _noted(usage)
             await self.tokens_used(billing.key, usage)  # first: its Redis write goes with the spend's
             if record:
@@ -328,12 +330,14 @@ class StreamLease:
         self._active = True  # counted in the usage writer's calls under way
         self.span: AttemptSpan | None = None  # the attempt's trace span, when traced: ended with the stream
 
-    async def finish(self, status: int, prompt: int, completion: int, cached: int = 0) -> Usage:
-        """Free the slot, then meter the stream (durable before this returns)."""
+    async def finish(self, status: int, prompt: int, completion: int, cached: int = 0,
+                     guardrail: str | None = None) -> Usage:
+        """Free the slot, then meter the stream (durable before this returns); `guardrail`: the
+        output guardrail that ended it."""
         self._free_slot()
         usage = usage_for(self._billing.key, self.deployment.config, self._billing.workspace, status, prompt,
                           completion, started=self.started, cached=cached, metadata=self._billing.metadata,
-                          price_factor=self._billing.price_factor)
+                          price_factor=self._billing.price_factor, guardrail=guardrail)
         _noted(usage)
         if self.span is not None:
             self.span.finished(status, prompt, completion)

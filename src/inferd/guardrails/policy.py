@@ -258,15 +258,55 @@ class Guardrails:
             await self._client.aclose()
 
 
-def texts_of(messages: Sequence[Any]) -> list[tuple[int, int | None]]:
-    """Where a chat request's texts are: (message, part) for each string content or text part
-    (part None for a string content)."""
-    places: list[tuple[int, int | None]] = []
+# Where one text of a chat request is: (message, what, which): what is "content" (a string content;
+# which is 0), "part" (the text of content part `which`) or "arguments" (the arguments of the
+# assistant's tool call `which`).
+Place = tuple[int, str, int]
+
+
+def texts_of(messages: Sequence[Any]) -> list[Place]:
+    """Where a chat request's texts are: every string content or text part, whatever the role (a
+    tool's result is a tool message's content), and the arguments of the tool calls an assistant
+    message carries."""
+    places: list[Place] = []
     for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
         if isinstance(content, str):
-            places.append((i, None))
+            places.append((i, "content", 0))
         elif isinstance(content, list):
-            places.extend((i, j) for j, part in enumerate(content)
-                          if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str))
+            places.extend((i, "part", j) for j, part in enumerate(content) if isinstance(part, dict)
+                          and part.get("type") == "text" and isinstance(part.get("text"), str))
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            places.extend((i, "arguments", k) for k, call in enumerate(calls)
+                          if isinstance(call, dict) and isinstance(call.get("function"), dict)
+                          and isinstance(call["function"].get("arguments"), str))
     return places
+
+
+def text_at(messages: Sequence[Any], place: Place) -> str:
+    """The text at `place` (one of `texts_of`'s)."""
+    i, what, which = place
+    message = messages[i]
+    if what == "content":
+        return str(message["content"])
+    if what == "part":
+        return str(message["content"][which]["text"])
+    return str(message["tool_calls"][which]["function"]["arguments"])
+
+
+def put_text(messages: list[Any], place: Place, text: str) -> None:
+    """Set the text at `place`, copying what it changes (the message, its parts or tool calls):
+    the request's own objects are left as they were."""
+    i, what, which = place
+    message = messages[i] = dict(messages[i])
+    if what == "content":
+        message["content"] = text
+    elif what == "part":
+        parts = message["content"] = list(message["content"])
+        parts[which] = {**parts[which], "text": text}
+    else:
+        calls = message["tool_calls"] = list(message["tool_calls"])
+        calls[which] = {**calls[which], "function": {**calls[which]["function"], "arguments": text}}

@@ -70,6 +70,7 @@ def _decode(line: bytes) -> dict[str, Any] | None:
     try:
         row = orjson.loads(line)
         row["created_at"] = datetime.fromisoformat(row["created_at"])
+        row.setdefault("guardrail", None)  # a line written before rows had it
         return row  # type: ignore[no-any-return]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None

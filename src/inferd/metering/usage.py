@@ -39,6 +39,7 @@ class Usage:
     cost_usd: float
     metadata: dict[str, str] | None
     team_id: int | None = None
+    guardrail: str | None = None  # the output guardrail that withheld the reply (the engine was reached)
 
     def row(self) -> dict[str, Any]:
         """The `usage_rows` values for this call."""
@@ -50,18 +51,20 @@ class Usage:
             "cached_prompt_tokens": self.cached_prompt_tokens, "latency_ms": self.latency_ms,
             "status_code": self.status_code, "cost_usd": self.cost_usd, "created_at": created_at,
             "metadata": orjson.dumps(self.metadata).decode() if self.metadata else None,
+            "guardrail": self.guardrail,
         }
 
 
 def usage_for(key: KeyRecord, config: ModelConfig, workspace: str, status: int, prompt: int, completion: int, *,
               started: float, cached: int = 0, metadata: dict[str, str] | None = None,
-              price_factor: float = 1.0, cost_usd: float | None = None) -> Usage:
+              price_factor: float = 1.0, cost_usd: float | None = None, guardrail: str | None = None) -> Usage:
     """The usage of one call of `key` on the deployment `config`, priced from the catalogue
-    (per token, unless `cost_usd` gives the price, as images do per generation)."""
+    (per token, unless `cost_usd` gives the price, as images do per generation); `guardrail`: the
+    output guardrail that blocked the reply."""
     return Usage(org=key.org_slug, team_id=key.team_id, deployment=config.deployment_name, key_id=key.charged_key_id,
                  user_id=str(key.user_id) if key.user_id is not None else None, model=config.id,
                  workspace=workspace, prompt_tokens=prompt, completion_tokens=completion,
                  cached_prompt_tokens=cached if config.prefix_cache else 0,
                  latency_ms=int((time.perf_counter() - started) * 1000), status_code=status,
                  cost_usd=token_cost(config.cost, prompt, completion, price_factor) if cost_usd is None else cost_usd,
-                 metadata=metadata)
+                 metadata=metadata, guardrail=guardrail)

@@ -23,6 +23,7 @@ class UsageRow(BaseModel):
     team_id: int | None
     team: str | None  # the team's name (issue 28); null with no team
     metadata: dict[str, str] | None
+    guardrail: str | None  # the output guardrail that withheld the reply; null otherwise
 
 
 class UsagePagination(BaseModel):

@@ -16,7 +16,7 @@ from inferd.calls.stage import Answer, CallStage, Metered, StreamLease
 from inferd.catalogue import CHAT_TYPES, Deployment, Model, ModelCatalogue
 from inferd.engines.base import ChatEngine, TokenCount, estimate_tokens, prompt_upper_bound
 from inferd.errors import InferdError, InvalidRequest
-from inferd.guardrails.policy import Guardrails, Policy, texts_of
+from inferd.guardrails.policy import Guardrails, GuardrailUnavailable, Policy, put_text, text_at, texts_of
 from inferd.protocol.chat import check_images, check_reasoning_effort
 from inferd.services.chat_call import TEXT_FIELDS, ChatCall, usage_numbers, with_reasoning
 from inferd.services.chat_stream import StreamRelay
@@ -50,51 +50,57 @@ class ChatService:
         return self._guardrails.policy(key.org_slug, key.org_guardrails) if self._guardrails is not None else None
 
     async def guard_input(self, call: ChatCall) -> None:
-        """Run the input guardrails once, before any engine sees the messages: 400
-        `guardrail_blocked`, or the matched spans replaced in the upstream payload."""
+        """Run the input guardrails once, before any engine sees the messages (their texts, tool
+        results and tool-call arguments): 400 `guardrail_blocked`, or the matched spans replaced in
+        the upstream payload."""
         call.guarded = True
         policy = call.guard
         if policy is None or not policy.input:
             return
-        messages = [dict(m) if isinstance(m, dict) else m for m in call.payload.get("messages") or ()]
+        messages = list(call.payload.get("messages") or ())
         places = texts_of(messages)
         if not places:
             return
-        texts = [messages[i]["content"] if j is None else messages[i]["content"][j]["text"] for i, j in places]
+        texts = [text_at(messages, place) for place in places]
         checked = await policy.check_input(texts, call.model.id, call.key.org_slug)
-        for (i, j), before, after in zip(places, texts, checked):
-            if after == before:
-                continue
-            if j is None:
-                messages[i]["content"] = after
-            else:
-                parts = messages[i]["content"] = list(messages[i]["content"])
-                parts[j] = {**parts[j], "text": after}
+        for place, before, after in zip(places, texts, checked):
+            if after != before:
+                put_text(messages, place, after)
         call.payload["messages"] = messages
         call.prompt_count = None  # a count of the text before redaction is not the prompt billed
 
-    async def guard_output(self, call: ChatCall, reply: dict[str, Any]) -> None:
-        """Run the output guardrails over a blocking reply's text and reasoning: a blocked message
-        is withheld (`finish_reason` `content_filter`), a redacted one replaced."""
+    async def guard_output(self, call: ChatCall, reply: dict[str, Any]) -> str | None:
+        """Run the output guardrails over a blocking reply's text, reasoning and tool-call
+        arguments: a blocked message is withheld (`finish_reason` `content_filter`; the guardrail's
+        name is returned, for the usage row), a redacted one replaced."""
         policy = call.guard
         if policy is None or not policy.output:
-            return
+            return None
+        blocked = None
         for choice in reply.get("choices") or ():
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict):
                 continue
             fields = [name for name in TEXT_FIELDS if isinstance(message.get(name), str) and message[name]]
-            if not fields:
+            calls = [c["function"] for c in message.get("tool_calls") or ()
+                     if isinstance(c, dict) and isinstance(c.get("function"), dict)
+                     and isinstance(c["function"].get("arguments"), str) and c["function"]["arguments"]]
+            if not fields and not calls:
                 continue
-            verdict = await policy.check("output", [message[name] for name in fields], call.model.id,
+            verdict = await policy.check("output", [message[name] for name in fields] +
+                                         [function["arguments"] for function in calls], call.model.id,
                                          call.key.org_slug)
             if verdict.blocked_by is not None:
                 for name in fields:
                     message[name] = "" if name == "content" else None
                 message.pop("tool_calls", None)
                 choice["finish_reason"] = "content_filter"
+                blocked = blocked or verdict.blocked_by
             else:
                 message.update(zip(fields, verdict.texts))
+                for function, text in zip(calls, verdict.texts[len(fields):]):
+                    function["arguments"] = text
+        return blocked
 
     def open(self, body: dict[str, Any], key: KeyRecord, *, workspace: str = "chat",
              price_factor: float = 1.0, metadata: dict[str, str] | None = None,
@@ -193,7 +199,10 @@ class ChatService:
         """A blocking completion and its usage, metered (committed, unless `record` is False: then
         the caller commits `usage`) before it is returned; `pacer` caps such calls per deployment
         (batch lines)."""
+        unavailable: GuardrailUnavailable | None = None  # an output webhook that gave no verdict
+
         async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> Answer[dict[str, Any]]:
+            nonlocal unavailable
             body = await engine.chat(call.payload_for(deployment))
             numbers = usage_numbers(body.get("usage"))
             if numbers is None:
@@ -206,14 +215,22 @@ class ChatService:
             for choice in body["choices"]:
                 if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
                     with_reasoning(choice["message"])
-            return Answer(body, *numbers)
+            # The output guardrails run on the answer before it is metered, so a block is on the
+            # usage row.
+            blocked = None
+            if call.guard is not None:
+                try:
+                    blocked = await self.guard_output(call, body)
+                except GuardrailUnavailable as exc:
+                    unavailable = exc  # the engine answered: billed, then refused (no other deployment)
+            return Answer(body, *numbers, guardrail=blocked)
 
         if call.guard is not None and not call.guarded:
             await self.guard_input(call)
         metered = await self._stage.call(call.model, ChatEngine, call.billing, attempt, affinity=call.affinity,
                                          record=record, pacer=pacer)
-        if call.guard is not None:
-            await self.guard_output(call, metered.value)
+        if unavailable is not None:
+            raise unavailable
         return metered
 
     def stream(self, call: ChatCall) -> AsyncIterator[bytes]:

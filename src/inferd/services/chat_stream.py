@@ -29,35 +29,62 @@ class StreamSource(Protocol):
     async def prompt_tokens(self, call: ChatCall, engine: ChatEngine, deployment: Deployment) -> int: ...
 
 
+_TOOL = "tool_calls."  # a tool call's arguments are the field `tool_calls.<index>`
+
+
 class ReplyGuard:
-    """A streamed reply's texts through the output guardrails: the answer and the reasoning each
-    in its own `OutputStream` (each holds back only what a match can span)."""
+    """A streamed reply's texts through the output guardrails: the answer, the reasoning and each
+    tool call's arguments in an `OutputStream` of their own (each holds back only what a match can
+    span)."""
 
     def __init__(self, policy: Policy, model: str, org: str) -> None:
         self._policy = policy
         self._model = model
         self._org = org
         self._streams: dict[str, OutputStream] = {}
+        self.blocked_by: str | None = None
 
-    def stream(self, field: str) -> OutputStream:
-        """The filter of one text field (made when the field first comes)."""
-        found = self._streams.get(field)
-        if found is None:
-            found = self._streams[field] = self._policy.output_stream(self._model, self._org)
-        return found
+    def feed(self, field: str, text: str) -> str:
+        """What of a field's new text may be sent now (its filter made when the field first comes)."""
+        stream = self._streams.get(field)
+        if stream is None:
+            stream = self._streams[field] = self._policy.output_stream(self._model, self._org)
+        text = stream.feed(text)
+        self.blocked_by = self.blocked_by or stream.blocked_by
+        return text
 
-    @property
-    def blocked_by(self) -> str | None:
-        return next((s.blocked_by for s in self._streams.values() if s.blocked_by is not None), None)
+    def open_fields(self) -> list[str]:
+        return list(self._streams)
 
-    async def flush(self) -> list[tuple[str, str]]:
-        """What each field still held, at the end of the reply (nothing of a field once blocked)."""
+    async def flush(self, fields: list[str] | None = None) -> list[tuple[str, str]]:
+        """What each field (of `fields`, else every one) still held, its filter closed: at the end
+        of the reply, or of a field that is complete (the text once tool calls begin, a tool call's
+        arguments once the next one begins). Once blocked, a field gives the text before the match."""
         rests = []
-        for field, stream in self._streams.items():
+        for field in self.open_fields() if fields is None else fields:
+            stream = self._streams.pop(field)
             rest = await stream.flush()
+            self.blocked_by = self.blocked_by or stream.blocked_by
             if rest:
                 rests.append((field, rest))
         return rests
+
+
+def _put_rests(delta: dict[str, Any], rests: list[tuple[str, str]]) -> None:
+    """Add what the guard held back to a chunk's delta: text fields after their text, a tool call's
+    arguments after its own (or in an entry of its own)."""
+    for field, rest in rests:
+        if not field.startswith(_TOOL):
+            delta[field] = (delta.get(field) or "") + rest
+            continue
+        index = int(field[len(_TOOL):])
+        calls = delta.setdefault("tool_calls", [])
+        entry = next((c for c in calls if isinstance(c, dict) and c.get("index", 0) == index), None)
+        if entry is None:
+            calls.append({"index": index, "function": {"arguments": rest}})
+        else:
+            function = entry.setdefault("function", {})
+            function["arguments"] = (function.get("arguments") or "") + rest
 
 
 class StreamRelay:
@@ -74,12 +101,13 @@ class StreamRelay:
         self._lease: StreamLease | None = None
         self._chunk_head: dict[str, Any] | None = None  # id and created of the first chunk
         self._flushed = False  # whether the output guardrails gave up what they held back
+        self._guard: ReplyGuard | None = None  # the output guardrails, when any apply
 
     async def _guarded(self, batch: list[bytes], guard: ReplyGuard, end: bool) -> list[bytes]:
-        """A batch of events through the output guardrails: each text delta (answer or reasoning)
-        as much of it as may be sent now; the held-back rest with the finish chunk (or, `end`, in a
-        chunk of its own); once a guardrail blocks, the text before the match and a finish chunk
-        with `content_filter`, and nothing after it."""
+        """A batch of events through the output guardrails: each text delta (answer, reasoning or a
+        tool call's arguments) as much of it as may be sent now; the held-back rest with the finish
+        chunk (or, `end`, in a chunk of its own); once a guardrail blocks, the text before the match
+        and a finish chunk with `content_filter`, and nothing after it."""
         out: list[bytes] = []
         for data in batch:
             chunk = orjson.loads(data)
@@ -93,11 +121,12 @@ class StreamRelay:
                 delta = choice["delta"] = {}
             for name in TEXT_FIELDS:
                 if isinstance(delta.get(name), str) and delta[name]:
-                    delta[name] = guard.stream(name).feed(delta[name])
+                    delta[name] = guard.feed(name, delta[name])
+            if delta.get("tool_calls"):
+                await self._guard_tools(delta, guard)
             if choice.get("finish_reason") and guard.blocked_by is None and not self._flushed:
                 self._flushed = True
-                for name, rest in await guard.flush():
-                    delta[name] = (delta.get(name) or "") + rest
+                _put_rests(delta, await guard.flush())
             if guard.blocked_by is not None:
                 delta.pop("tool_calls", None)
                 choice["finish_reason"] = "content_filter"
@@ -106,13 +135,42 @@ class StreamRelay:
             out.append(orjson.dumps(chunk))
         if end and not self._flushed:
             self._flushed = True
-            delta = dict(await guard.flush())
+            delta: dict[str, Any] = {}
+            _put_rests(delta, await guard.flush())
             if delta or guard.blocked_by is not None:
                 out.append(orjson.dumps({**(self._chunk_head or {}), "object": "chat.completion.chunk",
                                          "model": self._call.model.id, "choices": [{
                                              "index": 0, "delta": delta,
                                              "finish_reason": "content_filter" if guard.blocked_by else None}]}))
         return out
+
+    @staticmethod
+    async def _guard_tools(delta: dict[str, Any], guard: ReplyGuard) -> None:
+        """A delta's tool calls through the output guardrails: each call's arguments held back as
+        text is. The text before the first call, and a call's arguments once the next call begins,
+        are complete: what the guard held of them goes out first, so a client sees each block whole
+        and in order."""
+        calls: list[Any] = []
+        for call in delta["tool_calls"]:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                calls.append(call)
+                continue
+            field = f"{_TOOL}{call.get('index', 0)}"
+            done = [f for f in guard.open_fields() if f != field and (f.startswith(_TOOL) or f in TEXT_FIELDS)]
+            if done:
+                rests = await guard.flush(done)
+                texts = {f: r for f, r in rests if not f.startswith(_TOOL)}
+                for name, rest in texts.items():
+                    delta[name] = (delta.get(name) or "") + rest
+                calls.extend({"index": int(f[len(_TOOL):]), "function": {"arguments": r}}
+                             for f, r in rests if f.startswith(_TOOL))
+            if guard.blocked_by is not None:
+                break
+            if isinstance(function.get("arguments"), str) and function["arguments"]:
+                call = {**call, "function": {**function, "arguments": guard.feed(field, function["arguments"])}}
+            calls.append(call)
+        delta["tool_calls"] = calls
 
     def _renaming(self, lease: StreamLease) -> None:
         """Chunks name the upstream model; the client sees the model that answered."""
@@ -206,7 +264,8 @@ class StreamRelay:
             self._count_deltas()
             engine = lease.deployment.serving(ChatEngine)
             self._usage = (await self._service.prompt_tokens(self._call, engine, lease.deployment), self._deltas, 0)
-        await lease.finish(status, *self._usage)
+        blocked = self._guard.blocked_by if self._guard is not None else None
+        await lease.finish(status, *self._usage, guardrail=blocked)
 
     def _usage_chunk(self, lease: StreamLease) -> bytes:
         """The final usage chunk, for an upstream that sent none."""
@@ -247,7 +306,8 @@ class StreamRelay:
         policy = self._call.guard
         # The output guardrails, when any apply: the only per-batch cost of a stream without them is
         # this None test.
-        guard = ReplyGuard(policy, lease.model.id, self._call.key.org_slug) if policy and policy.output else None
+        guard = self._guard = ReplyGuard(policy, lease.model.id, self._call.key.org_slug) \
+            if policy and policy.output else None
         metered = False
         tail: Any = b"" if sse else []  # the last batch: it goes out with the end, after the commit
         try:

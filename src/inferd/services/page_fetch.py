@@ -112,11 +112,13 @@ class PageFetcher:
                     continue
                 if response.status != 200:
                     raise FetchRefused(f"{url}: status {response.status}")
-                kind = dict((k.lower(), v) for k, v in response.headers).get(b"content-type", b"").decode("latin-1")
+                # Media types are case-insensitive (`Text/HTML` is `text/html`).
+                kind = dict((k.lower(), v) for k, v in response.headers).get(b"content-type", b"").decode(
+                    "latin-1").lower()
                 body = await _read_capped(response)
             data, cut = body
             text = decode_text(data, cut)
-            return html_to_text(text) if "html" in kind.lower() or not kind else text if kind.startswith("text/") \
+            return html_to_text(text) if "html" in kind or not kind else text if kind.startswith("text/") \
                 else ""
         raise FetchRefused(f"more than {MAX_REDIRECTS} redirects")
 

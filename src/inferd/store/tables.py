@@ -100,6 +100,8 @@ usage_rows = Table(
     Column("cost_usd", Float, nullable=False),
     Column("created_at", DateTime(), nullable=False),
     Column("metadata", Text, nullable=True),  # JSON object, or NULL for untagged requests
+    # Since 0016: the output guardrail that withheld the reply (its engine was reached); NULL otherwise.
+    Column("guardrail", String(64), nullable=True),
     Index("ix_usage_rows_key_created", "key_id", "created_at", "id"),  # id since 0002: pages in index order
 )
 

@@ -26,7 +26,7 @@ Amounts = dict[tuple[str, str, str], float]  # (scope, owner, "YYYY-MM-DD") -> U
 
 _COLUMNS = ("org", "deployment", "key_id", "user_id", "team_id", "model", "workspace", "prompt_tokens",
             "completion_tokens", "cached_prompt_tokens", "latency_ms", "status_code", "cost_usd", "created_at",
-            "metadata")
+            "metadata", "guardrail")
 _SQLITE_INSERT = f"INSERT INTO usage_rows ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 _SQLITE_SPEND = ("INSERT INTO spend (scope, owner, day, spend_usd) VALUES (?, ?, ?, ?) "
                  "ON CONFLICT (scope, owner, day) DO UPDATE SET spend_usd = spend.spend_usd + excluded.spend_usd")
@@ -68,7 +68,7 @@ class UsageWrites:
 
 def sqlite_usage_writes(rows: list[dict[str, Any]], amounts: Amounts) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """The same writes as `UsageWrites.writes`, as SQL and parameter tuples for sqlite3's executemany."""
-    values = [tuple(row["created_at"].isoformat(" ", "microseconds") if c == "created_at" else row[c]
+    values = [tuple(row["created_at"].isoformat(" ", "microseconds") if c == "created_at" else row.get(c)
                     for c in _COLUMNS) for row in rows]
     writes: list[tuple[str, list[tuple[Any, ...]]]] = [(_SQLITE_INSERT, values),
                                                         (SQLITE_ROLLUP_UPSERT, rollup_values(rows))]
@@ -82,7 +82,7 @@ def sqlite_usage_writes(rows: list[dict[str, Any]], amounts: Amounts) -> list[tu
 # Without SQLAlchemy and its transaction (BEGIN, three statements, COMMIT, a pool ping), it costs
 # a tenth of the CPU (issue 15).
 _PG_ROW_TYPES = ("varchar", "varchar", "varchar", "varchar", "int", "varchar", "varchar", "int", "int", "int", "int",
-                 "int", "float8", "timestamp", "text")
+                 "int", "float8", "timestamp", "text", "varchar")
 _PG_ROLLUP_TYPES = ("varchar",) * 7 + ("text", "bigint", "bigint", "bigint", "bigint", "float8")
 _ADDED = ROLLUP_COLUMNS[8:]
 
@@ -125,7 +125,7 @@ def pg_usage_arguments(rows: list[dict[str, Any]], amounts: Amounts) -> list[lis
     """PG_JOURNAL_FOLD's arguments after its first three: one array per column of the rows, of the
     rollup deltas (in lock order, as `rollup_deltas` sorts them) and of the spend additions (sorted
     likewise)."""
-    arguments: list[list[Any]] = [[row[c] for row in rows] for c in _COLUMNS]
+    arguments: list[list[Any]] = [[row.get(c) for row in rows] for c in _COLUMNS]  # a row journaled before a column: NULL
     deltas = rollup_values(rows)
     arguments.extend([delta[i] for delta in deltas] for i in range(len(ROLLUP_COLUMNS)))
     added = sorted(amounts.items())  # in lock order
