@@ -52,6 +52,18 @@ id = "tr-embed"
 type = "embeddings"
 base_url = "{upstream}/v1"
 upstream_model = "mock"
+
+[[models]]
+id = "tr-rerank"
+type = "reranker"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+
+[[models]]
+id = "tr-image"
+type = "image-gen"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
 """
 
 

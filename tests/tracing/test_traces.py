@@ -185,6 +185,36 @@ def test_embeddings_are_traced_with_their_operation(traced_server: Server, upstr
     assert_no_text(spans, "quiet heron")
 
 
+def test_every_model_route_is_a_server_span_named_for_its_operation(traced_server: Server,
+                                                                     collector: Collector) -> None:
+    key, _ = new_key(traced_server)
+    calls = [  # route, body, extra headers, the server span's name and operation
+        ("/messages", {"model": "tr-chat", "max_tokens": 20, "temperature": 0.2,
+                       "messages": [{"role": "user", "content": "hi"}]},
+         {"anthropic-version": "2023-06-01"}, "chat tr-chat", "chat"),
+        ("/responses", {"model": "tr-chat", "input": "hi", "max_output_tokens": 20, "temperature": 0.2}, {},
+         "chat tr-chat", "chat"),
+        ("/rerank", {"model": "tr-rerank", "query": "heron", "documents": ["a heron", "a bus"]}, {},
+         "rerank tr-rerank", "rerank"),
+        ("/images/generations", {"model": "tr-image", "prompt": "a red square", "size": "64x32"}, {},
+         "image_generation tr-image", "image_generation"),
+    ]
+    for path, body, extra, name, operation in calls:
+        header, trace_id, client_span = new_traceparent()
+        reply = httpx.post(traced_server.v1 + path, json=body, timeout=30,
+                           headers={**auth(key), **extra, "traceparent": header})
+        assert reply.status_code == 200, (path, reply.text)
+        spans = collector.trace(trace_id, 2)
+        server, attempt = one(spans, "server"), one(spans, "client")
+        assert server.name == name and server.parent_span_id == client_span, (path, server.name)
+        assert server.attributes["gen_ai.operation.name"] == attempt.attributes["gen_ai.operation.name"] == operation
+        assert attempt.parent_span_id == server.span_id
+        if "max_tokens" in body or "max_output_tokens" in body:
+            assert server.attributes["gen_ai.request.max_tokens"] == attempt.attributes["gen_ai.request.max_tokens"] == 20
+            assert server.attributes["gen_ai.request.temperature"] == 0.2
+            assert server.attributes["gen_ai.usage.output_tokens"] > 0
+
+
 def test_a_generate_turn_has_a_retrieval_span_parenting_its_embedding_calls(
         traced_server: Server, upstream: Upstream, collector: Collector) -> None:
     user = mint_user(traced_server, f"org-tr-{uuid.uuid4().hex[:8]}")
