@@ -4,6 +4,7 @@
     .venv/bin/python bench/rag_eval.py --set heldout         # the 40 held-out questions (heldout/)
     .venv/bin/python bench/rag_eval.py --set heldout --list  # what would be asked, without a server
     .venv/bin/python bench/rag_eval.py --only recipes --limit 2
+    .venv/bin/python bench/rag_eval.py --ids recipes-number,recipes-table   # chosen questions
     .venv/bin/python bench/rag_eval.py --big                 # one 1,000,000-character source, 3 questions
     .venv/bin/python bench/rag_eval.py --src /tmp/base/src   # measure another checkout's code ("before")
 
@@ -99,6 +100,7 @@ class Result:
     retrieved_text: str
     error: str | None
     upload_s: float | None = None  # this conversation's upload (a deduplicated link after the first)
+    check: dict[str, Any] | None = None  # the answer row's metadata.answer_check: the answer was asked again
 
 
 class UploadRefused(Exception):
@@ -159,17 +161,18 @@ class Client:
         turn.text = "".join(parts)
         return turn
 
-    def retrieved(self, cid: int) -> str:
-        """The text of the tool rows of the conversation's final assistant turn ('' when none). A
-        turn that ended without an assistant row (an error) is judged on all the tool rows: each
-        conversation here holds one turn."""
+    def retrieved(self, cid: int) -> tuple[str, dict[str, Any] | None]:
+        """The text of the tool rows of the conversation's final assistant turn ('' when none), and
+        what the answer check did (the final row's metadata.answer_check). A turn that ended without
+        an assistant row (an error) is judged on all the tool rows: each conversation here holds one turn."""
         response = self.http.get(f"{self.base}/conversations/{cid}", params={"limit": 500})
         response.raise_for_status()
         messages = response.json()["conversation"]["messages"]
         finals = [m for m in messages if m["role"] == "assistant" and m.get("finish_reason") in ("stop", "length")]
         turn_id = finals[-1]["turn_id"] if finals else None
+        check = (finals[-1].get("metadata") or {}).get("answer_check") if finals else None
         return "\n\n".join(m["message"] for m in messages
-                           if m["role"] == "tool" and (turn_id is None or m["turn_id"] == turn_id))
+                             if m["role"] == "tool" and (turn_id is None or m["turn_id"] == turn_id)), check
 
 
 def sse_frames(lines: Any) -> Any:
@@ -197,11 +200,11 @@ def ask(client: Client, question: dict[str, Any], file_name: str, data: bytes, m
         return Result(question["id"], question["document"], question["kind"], question["question"],
                       question["answers"], cid, "", False, False, None, 0.0, [], "", str(refused))
     turn = client.generate(cid, client.say(cid, question["question"]), model)
-    retrieved_text = client.retrieved(cid)
+    retrieved_text, check = client.retrieved(cid)
     return Result(question["id"], question["document"], question["kind"], question["question"], question["answers"],
                   cid, turn.text, mentions_any(turn.text, question["answers"]),
                   mentions_any(retrieved_text, question["answers"]), turn.ttft_s, turn.total_s, turn.tool_calls,
-                  retrieved_text, turn.error, upload_s)
+                  retrieved_text, turn.error, upload_s, check)
 
 
 def warm_up(client: Client, model: str) -> None:
@@ -308,7 +311,7 @@ def big_report(big: dict[str, Any], results: list[Result]) -> str:
 
 def render(saved: dict[str, Any]) -> str:
     """The Markdown report of a saved run (what --out wrote)."""
-    results = [Result(**row) for row in saved["results"]]
+    results = [Result(**row) for row in saved["results"]]  # runs before `check` was kept lack it
     if saved.get("big"):
         report = big_report(saved, results)
     else:
@@ -324,6 +327,7 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="list the chosen questions and exit (no server)")
     parser.add_argument("--only", help="one document (file name, with or without its extension)")
     parser.add_argument("--limit", type=int, help="at most N questions")
+    parser.add_argument("--ids", help="only these questions, comma-separated ids (travel_policy-chained,...)")
     parser.add_argument("--kinds", help="only these kinds of question, comma-separated (lookup,buried,number,chained,table)")
     parser.add_argument("--model", default="fast")
     parser.add_argument("--big", action="store_true", help="the 1,000,000-character source instead of the set")
@@ -344,6 +348,7 @@ def main() -> None:
     if not questions:
         raise SystemExit(f"no document {args.only!r}")
     questions = [q for q in questions if not args.kinds or q["kind"] in args.kinds.split(",")]
+    questions = [q for q in questions if not args.ids or q["id"] in args.ids.split(",")]
     questions = questions[:args.limit] if args.limit else questions
     if args.list:
         for q in questions:

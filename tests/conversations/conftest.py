@@ -161,6 +161,12 @@ upstream_model = "mock-grounded-plain"
 tokenizer = "upstream"
 
 [[models]]
+id = "mock-grounded-retry"
+base_url = "{upstream}/v1"
+upstream_model = "mock-grounded-retry"
+tokenizer = "upstream"
+
+[[models]]
 id = "mock-reason"
 base_url = "{upstream}/v1"
 upstream_model = "mock-reasoning"

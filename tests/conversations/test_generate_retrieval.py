@@ -12,6 +12,7 @@ import pytest
 
 from tests.conversations.conftest import EndUser, mint_user
 from tests.conversations.test_generate import frames_of, generate, upload
+from tests.fakes.upstream import REPLY_WORDS
 from tests.harness import Server, Upstream, auth
 
 MISSION = ("Field notes. The secret launch code of the Pelican mission is AMBER-7731, kept in the blue safe. "
@@ -133,3 +134,45 @@ def test_a_follow_up_folds_in_the_exchange_before_it(upstream: Upstream, alice: 
     last = upstream_chats(upstream, "mock")[-1]
     assert [m["role"] for m in last["messages"]] == ["system", "user", "assistant", "user"]
     assert last["messages"][1]["content"] == first["message"]
+
+
+def test_an_answer_not_drawn_from_the_passages_is_asked_again(upstream: Upstream, alice: EndUser) -> None:
+    cid = alice.create(title="retry")["id"]
+    upload(alice, cid, MISSION, "mission.txt")
+    upload(alice, cid, BAKERY, "bakery.txt")
+    question = alice.say(cid, "What is the launch code of the Pelican mission?")
+    # The fake first restates the question (nothing the passages hold), then answers from them.
+    frames = frames_of(generate(alice, cid, question["id"], "mock-grounded-retry"))
+    answer = answer_of(frames)
+    assert "AMBER-7731" in answer and question["message"] not in answer  # the first answer was held back
+    kinds = [f.get("type", "chunk") for f in frames[1:-1]]
+    retrievals = frames_of_type(frames, "retrieval")
+    assert len(retrievals) == 2 and kinds.index("chunk") > len(kinds) - 1 - kinds[::-1].index("retrieval")
+    # The model named what to search for next; that search is a second tool row of the turn.
+    chats = [chat for chat in upstream_chats(upstream, "mock-grounded-retry")
+             if question["message"] in str(chat["messages"][1].get("content"))]
+    asked_next = [chat for chat in chats if "searched for next" in str(chat["messages"][-1]["content"])][-1]
+    assert not asked_next.get("stream") and asked_next["max_tokens"] <= 32
+    assert asked_next["messages"][-2] == {"role": "assistant", "content": question["message"]}
+    assert retrievals[1]["query"] == " ".join(REPLY_WORDS)  # what the fake answers a blocking call
+    # Asked again afresh (not shown its first answer), to copy the line that answers.
+    again = [chat for chat in chats if "Copy from the passages" in str(chat["messages"][-1]["content"])][-1]
+    assert [m["role"] for m in again["messages"]] == ["system", "user"]
+    assert "AMBER-7731" in again["messages"][-1]["content"]
+    rows = alice.detail(cid)["messages"]
+    assert [row["tool_name"] for row in rows if row["role"] == "tool"] == ["search_sources", "search_sources"]
+    final = rows[-1]
+    check = final["metadata"]["answer_check"]
+    assert check["problem"] == "nothing new" and check["answer"] == "second"
+    assert check["first"] == question["message"] and check["query"] == retrievals[1]["query"]
+    assert final["message"] == answer and final["metadata"]["citations"]
+
+
+def test_an_answer_drawn_from_the_passages_is_sent_as_it_is(upstream: Upstream, alice: EndUser) -> None:
+    cid = alice.create(title="no retry")["id"]
+    upload(alice, cid, BAKERY, "bakery.txt")
+    question = alice.say(cid, "How many loaves of rye bread does the Moonlit Bakery bake each morning?")
+    frames = frames_of(generate(alice, cid, question["id"], "mock-grounded"))
+    assert "240 loaves" in answer_of(frames) and len(frames_of_type(frames, "retrieval")) == 1
+    final = alice.detail(cid)["messages"][-1]
+    assert "answer_check" not in final["metadata"]

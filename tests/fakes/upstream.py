@@ -37,6 +37,8 @@ server on 127.0.0.1. Its behaviour is chosen by the `model` the gateway sends up
                          words with the question, then ` [n]`, n its place among the passages
                          (`mock-grounded-plain`: without the marker);
                          "The documents do not say." when the message holds no passages
+                         (`mock-grounded-retry`: answers with the question itself, unless the message
+                         asks to copy the line that answers: then as `mock-grounded`, without the marker)
 
 Whatever the model, a request whose bearer starts with `rejected-` is answered 401 and one whose
 bearer starts with `forbidden-` 403 (OpenAI's shape), on every route: a wrong `api_key` in the
@@ -166,6 +168,8 @@ def _grounded_answer(body: dict[str, Any], model: str) -> list[str]:
     """`mock-grounded*`: the best-matching sentence of the best-matching passage, cited by its place."""
     messages = body.get("messages") or []
     text = str((messages[-1] if messages else {}).get("content") or "")
+    if model == "mock-grounded-retry" and "Copy from the passages" not in text:
+        return text.split("\n", 1)[0].removeprefix("Question: ").split()  # restates the question
     question = re.search(r"^Question: (.*)$", text, re.MULTILINE)
     found = re.findall(r"^From [^\n]*:\n(.*?)(?=\n\n|\Z)", text, re.MULTILINE | re.DOTALL)
     blocks = [(str(i + 1), block) for i, block in enumerate(found)]
@@ -178,7 +182,7 @@ def _grounded_answer(body: dict[str, Any], model: str) -> list[str]:
 
     number, passage = max(blocks, key=lambda block: overlap(block[1]))
     sentence = max(re.split(r"(?<=[.!?])\s+|\n", passage), key=overlap).strip()
-    return (sentence + ("" if model == "mock-grounded-plain" else f" [{number}]")).split()
+    return (sentence + ("" if model in ("mock-grounded-plain", "mock-grounded-retry") else f" [{number}]")).split()
 
 
 def _agent_step(body: dict[str, Any], model: str) -> tuple[list[Any], str]:

@@ -141,8 +141,10 @@ def test_offsets_point_at_the_body(name: str) -> None:
         span = document[chunk.start:chunk.end]
         assert span and span == span.strip()
         body = body_of(chunk)
-        if body != span:  # a chunk that continues a table: its header row, then the span
-            assert any(body == header_of(table) + "\n" + span for table in tables), (body[:80], span[:80])
+        if body != span:  # a chunk that continues a table or a list: its header row or lead-in, then the span
+            lead = body.removesuffix("\n" + span)
+            assert any(lead == header_of(table) for table in tables) or (
+                lead.endswith(":") and lead in document and span.startswith("- ")), (body[:80], span[:80])
         assert chunk.text == (chunk.heading + "\n" + body if chunk.heading else body)
     # In order, and together (titles in their heading paths) they hold every word of the document.
     assert [c.start for c in chunks] == sorted(c.start for c in chunks)
@@ -186,6 +188,24 @@ def test_table_chunks_repeat_the_header_and_keep_rows_whole() -> None:
     # The table shares a chunk only with text of its own section.
     assert "The caps below apply" in rates[0].text and not any("Rail" in c.text for c in rates)
     assert not any("Stock on hand" in c.text and "Contacts" in c.heading for c in chunks)
+
+
+def test_a_list_continued_in_another_chunk_repeats_its_lead_in() -> None:
+    items = [f"- Stop {i} is served by bus {i * 7} from the stand beside the old market hall in town {i}." for i in range(30)]
+    lead = "Advances are approved by the following offices:"
+    document = "# Money\n\nSome words first. " + lead + "\n" + "\n".join(items) + "\n\nA closing sentence."
+    chunks = chunk_document(document)
+    holding = [c for c in chunks if any(item in c.text for item in items)]
+    assert len(holding) >= 2
+    for chunk in holding:
+        assert body_of(chunk).startswith(("Some words first. " + lead, lead + "\n- "))
+        assert document[chunk.start:chunk.end] in body_of(chunk)  # the span is still the document's
+    assert sum("Some words first" in c.text for c in chunks) == 1  # only the lead-in sentence is repeated
+    for item in items:  # every item in exactly one chunk
+        assert sum(item in c.text for c in chunks) == 1
+    # A paragraph that does not end with a colon introduces nothing.
+    plain = chunk_document("# Money\n\nSome words first.\n" + "\n".join(items))
+    assert all(body_of(c).startswith(("Some words", "- Stop")) for c in plain)
 
 
 def test_a_long_paragraph_is_cut_at_sentences_with_overlap() -> None:

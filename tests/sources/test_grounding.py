@@ -3,7 +3,12 @@ passage is cut into (a table row knows its header row), rendering with spans, ci
 
 from __future__ import annotations
 
-from inferd.services.grounding import Excerpt, Unit, _render, cited, grounded_question, units_of
+import asyncio
+
+import numpy as np
+
+from inferd.services.grounding import (Excerpt, Unit, _render, _scored_text, cited, condense, grounded_question,
+                                       units_of)
 from inferd.services.retrieval import Passage, fuse, query_terms
 
 TABLE_BODY = ("Spare parts kept at the depot.\n\n| Part | Code | Price |\n|---|---|---|\n"
@@ -40,6 +45,29 @@ def test_units_cut_sentences_and_rows_and_rows_know_their_header() -> None:
     # Decimal points and codes are no sentence ends.
     prose = "It costs 4.5 EUR. See v2.3 notes."
     assert [prose[u.start:u.end] for u in units_of(prose)] == ["It costs 4.5 EUR.", "See v2.3 notes."]
+
+
+def test_list_items_know_the_sentence_introducing_their_list() -> None:
+    body = ("Intro text. Advances are approved by:\n- the Cost Centre Controller\n- the Finance Director, over "
+            "2,000 EUR.\n\nOther words.\n- a list without a lead-in")
+    units = units_of(body)
+    texts = [body[u.start:u.end] for u in units]
+    assert texts == ["Intro text.", "Advances are approved by:", "- the Cost Centre Controller",
+                     "- the Finance Director, over 2,000 EUR.", "Other words.", "- a list without a lead-in"]
+    assert [u.lead for u in units] == [None, None, 1, 1, None, None]
+    assert _scored_text(body, units, 2) == "Advances are approved by: - the Cost Centre Controller"
+    assert _render(body, units, [2])[0] == "- the Cost Centre Controller"  # condense adds the lead itself
+
+
+async def _unit_vectors(texts: list[str]) -> np.ndarray:
+    return np.ones((len(texts), 4), np.float32) / 2
+
+
+def test_a_chosen_list_item_is_read_after_its_lead_in() -> None:
+    body = "Advances are approved by:\n- the Cost Centre Controller\n- the Finance Director"
+    # Room for one item: the best one comes with its lead-in, not alone.
+    excerpts = asyncio.run(condense(_unit_vectors, "Who approves the Controller advances?", [passage(body)], 28))
+    assert excerpts[0].text == "Advances are approved by:\n- the Cost Centre Controller"
 
 
 def test_render_joins_neighbours_and_marks_gaps_with_spans() -> None:

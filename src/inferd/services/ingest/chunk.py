@@ -21,6 +21,7 @@ CHUNK_TOKENS = 200  # heading path + body, in estimated word pieces (the embedde
 OVERLAP_TOKENS = 40  # a long paragraph's next piece starts about this far back
 SMALL_SECTION_TOKENS = 40  # a section this small joins the next one (see _Packer._absorbs)
 HEADING_TOKENS = 48  # at most this much of a chunk goes to its heading path
+LEAD_TOKENS = 40  # a list's introducing sentence is repeated on the list's next chunks up to this size
 # Character equivalents of the budgets above for English prose (about 4.5 characters a piece),
 # recorded in a source's config.
 CHUNK_CHARS = 900
@@ -223,6 +224,7 @@ class _Packer:
         self.prefix = ""
         self.has_table = False
         self.sections = 1
+        self.lead = ""  # the sentence ending with a colon that introduces the list being packed
 
     def _path(self, path: list[int]) -> tuple[str, int]:
         """The heading path line and its cost, outer titles dropped to fit HEADING_TOKENS."""
@@ -278,13 +280,27 @@ class _Packer:
     def run(self) -> list[Chunk]:
         for index, block in enumerate(self.blocks):
             if block.kind == "heading":
+                self.lead = ""
                 self._heading(index)
             elif block.kind == "table":
+                self.lead = ""
                 self._table(index)
             else:
                 self._paragraph(index)
+                if not _LIST_ITEM.match(self.text, block.start):
+                    self.lead = self._lead_of(block)
         self._flush()
         return self.chunks
+
+    def _lead_of(self, block: _Block) -> str:
+        """The sentence of a paragraph that introduces a list ("Advances are approved by:"), when
+        the paragraph ends with one short enough to repeat; else ''."""
+        text = self.text[block.start:block.end].rstrip()
+        if not text.endswith(":"):
+            return ""
+        stops = [m.end() for m in re.finditer(r"[.!?][\"')\]]*\s+", text)]
+        lead = " ".join(text[stops[-1] if stops else 0:].split())
+        return lead if _size(lead) <= LEAD_TOKENS else ""
 
     def _heading(self, index: int) -> None:
         level = self.blocks[index].level
@@ -330,9 +346,13 @@ class _Packer:
         size = _size(self.text[block.start:block.end])
         if self.first != -1 and self._extend(block.start, block.end, self.budget, size):
             return
-        if size <= self._fresh_budget():
+        # A chunk that opens on a list's item repeats the sentence introducing the list, as a table's
+        # chunks repeat its header row: "- the Cost Centre Controller" alone answers nothing.
+        lead = self.lead if self.lead and _LIST_ITEM.match(self.text, block.start) else ""
+        if size + (_size(lead) if lead else 0) <= self._fresh_budget():
             self._flush()
-            self._open(index, block.start)
+            self._open(index, block.start, lead)
+            self.has_table = False
             self._extend(block.start, block.end, math.inf, size)
         else:
             self._split(index, block.start, block.end)
