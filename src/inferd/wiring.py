@@ -162,6 +162,8 @@ async def build_services(settings: Settings) -> Services:
     users = UserRepository(db)
     # Built only when a guardrail is configured: without one the chat corridor checks one None.
     guardrails = Guardrails(config.guardrails, metrics.guardrail) if config.guardrails else None
+    if tracing is not None:
+        tracing.guardrails = guardrails  # a call a guardrail checks is never captured in a span
     chat = ChatService(catalogue, stage, guardrails)
     conversations = attach_sources(ConversationService(ConversationRepository(db), users), db)
     retriever = Retriever(db, catalogue, stage, embedding_model(config.conversations))

@@ -67,6 +67,17 @@ upstream_model = "mock"
 """
 
 
+GUARDED_ORG = "tr-guarded"
+GUARDRAIL_TOML = f"""
+[[guardrails]]
+name = "no-pii"
+kind = "pii"
+action = "redact"
+entities = ["email"]
+applies_to = ["{GUARDED_ORG}"]
+"""
+
+
 def tracing_table(**keys: object) -> str:
     """A `[tracing]` table; the braces doubled for `write_config`'s format."""
     lines = [f"{key} = {value!r}".replace("'", '"').replace("True", "true").replace("False", "false")
@@ -100,8 +111,9 @@ def capture_collector() -> Iterator[Collector]:
 @pytest.fixture(scope="package")
 def capture_server(tmp_path_factory: pytest.TempPathFactory, backend: Backend, upstream: Upstream,
                    capture_collector: Collector) -> Iterator[Server]:
-    """Finds its collector through OTEL_EXPORTER_OTLP_ENDPOINT; `capture_content = true`."""
-    config = MODELS_TOML + tracing_table(capture_content=True)
+    """Finds its collector through OTEL_EXPORTER_OTLP_ENDPOINT; `capture_content = true`; the org
+    GUARDED_ORG's calls go through a PII guardrail."""
+    config = MODELS_TOML + tracing_table(capture_content=True) + GUARDRAIL_TOML
     with serving(tmp_path_factory.mktemp("capture"), backend, upstream, config,
                  extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": capture_collector.base_url}) as server:
         yield server

@@ -17,6 +17,7 @@ from tests.conversations.conftest import mint_user
 from tests.conversations.test_generate import frames_of, generate, upload
 from tests.harness import Server, Upstream, auth
 from tests.tracing.collector import Collector, Span
+from tests.tracing.conftest import GUARDED_ORG
 
 
 def new_traceparent() -> tuple[str, str, str]:
@@ -269,3 +270,19 @@ def test_capture_content_puts_the_prompt_and_reply_in_the_spans(
             output = json.loads(span.attributes["gen_ai.output.messages"])
             assert output[0]["role"] == "assistant" and secret in output[0]["content"], (stream, output)
         assert server.resource["service.name"] == "inferd"  # the default; the endpoint came from the environment
+
+
+def test_a_call_a_guardrail_checks_is_never_captured(capture_server: Server, capture_collector: Collector) -> None:
+    key = capture_server.create_key(org=GUARDED_ORG)
+    for stream in (False, True):
+        header, trace_id, _ = new_traceparent()
+        address = f"heron.{secrets.token_hex(4)}@example.com"
+        reply = chat(capture_server, key, {"model": "tr-echo", "stream": stream,
+                                           "messages": [{"role": "user", "content": f"write to {address}"}]}, header)
+        assert reply.status_code == 200, reply.text
+        assert address not in reply.text and "[EMAIL]" in reply.text  # the guardrail redacted it
+        spans = capture_collector.trace(trace_id, 2)
+        assert len(spans) == 2
+        for span in spans:
+            assert "gen_ai.input.messages" not in span.attributes and "gen_ai.output.messages" not in span.attributes
+        assert_no_text(spans, address, "write to")

@@ -59,7 +59,7 @@ class JsonRoute:
             require_long_lived(key)
             body = await read_json_object(scope, receive, HOT_BODY_BYTES, self.body_clock)
             if self.tracing is not None:
-                self.tracing.request_body(body)
+                self.tracing.request_body(body, key)
             await self.handle(key, body, scope, receive, send)
         except InferdError as exc:
             await self.refuse(send, exc)

@@ -152,7 +152,8 @@ class CallStage:
                 break
             answering, index = slot
             deployment = answering.deployments[index]
-            span = None if self.tracing is None else self.tracing.attempt(capability, deployment, answering, operation)
+            span = None if self.tracing is None else self.tracing.attempt(capability, deployment, answering, operation,
+                                                                          key)
             try:
                 value = await attempt(deployment.serving(capability), deployment, answering)
             except InferdError as exc:

@@ -9,7 +9,8 @@
 - A **retrieval span** (`retrieval`, from a generate turn): the turn's search of its sources,
   with the embedding calls it makes as its children.
 
-Prompts and replies go into attributes only with `capture_content`; errors are named by their
+Prompts and replies go into attributes only with `capture_content`, and never those of a call a
+guardrail checks (the text it exists to hide would be in the trace); errors are named by their
 type or code, never their message (an upstream's error text may quote the prompt).
 """
 
@@ -61,7 +62,7 @@ class ServerSpan:
     """The request's span and what the corridor learns of the request for it."""
 
     __slots__ = ("record", "token", "request_model", "max_tokens", "temperature", "operation", "finish_reasons",
-                 "output", "cache_hit")
+                 "output", "cache_hit", "guarded")
 
     def __init__(self, record: SpanRecord) -> None:
         self.record = record
@@ -73,6 +74,7 @@ class ServerSpan:
         self.finish_reasons: tuple[str, ...] = ()
         self.output: str | None = None  # the reply, with capture_content
         self.cache_hit = False  # a response cache that answers sets it
+        self.guarded = False  # a guardrail checks the caller's calls: no content is captured
 
 
 class Tracing:
@@ -83,6 +85,12 @@ class Tracing:
         self._sink = sink
         self._keep_below = int(config.sample_ratio * (1 << 64))  # new traces: kept when their low 64 bits are below
         self._servers: dict[str, dict[str, Any]] = {}  # base_url -> server.address / server.port
+        self.guardrails: Any = None  # guardrails/policy.py Guardrails, when configured (wiring sets it)
+
+    def _guarded(self, key: Any) -> bool:
+        """Whether a guardrail checks `key`'s calls (a key record), so its text stays out of spans."""
+        return self.guardrails is not None and key is not None and \
+            self.guardrails.policy(key.org_slug, key.org_guardrails) is not None
 
     def _finish(self, record: SpanRecord) -> None:
         record.end_ns = time.time_ns()
@@ -117,9 +125,9 @@ class Tracing:
                                 attributes)
         note.trace = ServerSpan(record)
 
-    def request_body(self, body: dict[str, Any]) -> None:
-        """What a JSON route's body says of the call: the model named, the sampling limits, and
-        (with capture_content) the messages."""
+    def request_body(self, body: dict[str, Any], key: Any = None) -> None:
+        """What a JSON route's body says of the call (`key`: the caller's key record): the model
+        named, the sampling limits, and (with capture_content) the messages."""
         note = current.get()
         server: ServerSpan | None = note.trace if note is not None else None
         if server is None:
@@ -135,7 +143,10 @@ class Tracing:
         temperature = body.get("temperature")
         if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
             server.temperature = float(temperature)
-        if self.capture_content:
+        if self.capture_content and not server.guarded:
+            if self._guarded(key):
+                server.guarded = True
+                return
             attributes = server.record.attributes
             messages = body.get("messages", body.get("input"))
             if messages is not None:
@@ -187,7 +198,7 @@ class Tracing:
     # --- engine attempts (calls/stage.py) ------------------------------------------------------
 
     def attempt(self, capability: type, deployment: "Deployment", model: "Model",
-                operation: str | None = None) -> "AttemptSpan | None":
+                operation: str | None = None, key: Any = None) -> "AttemptSpan | None":
         """The span of one attempt on `deployment`, made the one whose trace headers go upstream;
         None outside a traced request (the batch worker, the health probes)."""
         parent = active.get()
@@ -202,13 +213,21 @@ class Tracing:
                                       "inferd.model": model.id}
         if config.base_url:
             attributes.update(self._server_of(config.base_url))
+        capture = self.capture_content
         if server is not None:
             _limits(attributes, server.max_tokens, server.temperature)
             if server.operation is None:
                 server.operation = operation
+            if capture and not server.guarded and self._guarded(key):
+                server.guarded = True
+                server.record.attributes.pop("gen_ai.input.messages", None)
+                server.record.attributes.pop("gen_ai.system_instructions", None)
+            capture = capture and not server.guarded
+        elif capture:
+            capture = not self._guarded(key)
         record = SpanRecord(f"{operation} {deployment.upstream}", CLIENT, parent.trace_id, parent.span_id,
                             parent.sampled, attributes, tracestate=parent.tracestate)
-        return AttemptSpan(self, record, server)
+        return AttemptSpan(self, record, server, capture)
 
     def _server_of(self, base_url: str) -> dict[str, Any]:
         found = self._servers.get(base_url)
@@ -255,7 +274,7 @@ class AttemptSpan:
 
     __slots__ = ("_tracing", "record", "headers", "_token", "_server", "_reasons", "_text")
 
-    def __init__(self, tracing: Tracing, record: SpanRecord, server: ServerSpan | None) -> None:
+    def __init__(self, tracing: Tracing, record: SpanRecord, server: ServerSpan | None, capture: bool) -> None:
         self._tracing = tracing
         self.record = record
         headers = {"traceparent": record.traceparent()}
@@ -264,7 +283,7 @@ class AttemptSpan:
         self.headers = headers  # what the HTTP engines send upstream
         self._server = server
         self._reasons: list[str] = []
-        self._text: list[str] | None = [] if tracing.capture_content else None
+        self._text: list[str] | None = [] if capture else None  # the reply's text, when captured
         self._token = attempting.set(self)
 
     def detach(self) -> None:
