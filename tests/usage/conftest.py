@@ -49,7 +49,7 @@ def usage_row(key: str, created_at: datetime, *, model: str = "mock-chat", works
             "user_id": user_id, "team_id": None, "model": model, "workspace": workspace, "prompt_tokens": prompt,
             "completion_tokens": completion, "cached_prompt_tokens": 0, "latency_ms": 7, "status_code": status_code,
             "cost_usd": cost, "created_at": created_at,
-            "metadata": orjson.dumps(metadata).decode() if metadata else None, "guardrail": None}
+            "metadata": orjson.dumps(metadata).decode() if metadata else None}
 
 
 def store_rows(server: Server, rows: list[dict[str, Any]]) -> None:
