@@ -11,9 +11,11 @@ export failed: `inferd_trace_spans_dropped_total{reason}`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
+import time
 from collections import deque
 from typing import Callable, Sequence
 
@@ -33,6 +35,7 @@ log = logging.getLogger("inferd.tracing")
 
 BATCH = 512  # spans per export request (the SDK's batch processor's default)
 DELAY_S = 1.0  # a partial batch waits at most this long
+REPORT_S = 0.5  # spans dropped on a full queue reach the counter at least this often while drops go on
 _KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT}
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 Dropped = Callable[[str, int], None]
@@ -77,26 +80,53 @@ class SpanQueue:
         self._spans: deque[SpanRecord] = deque()  # append and popleft are atomic: no lock on the hot path
         self._wake = threading.Event()
         self._stopping = False
+        # Spans a full queue turned away: counted here by the event loop (a Prometheus counter's
+        # inc takes a lock, and a stuck collector has every span dropped) and added to the counter
+        # every REPORT_S by the same loop, so no other thread writes these two.
+        self._full = 0
+        self._full_reported = 0
+        self._reported_at = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="inferd-trace-export", daemon=True)
 
     def start(self) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()  # where the remainder of the drops is counted
+        except RuntimeError:
+            self._loop = None
         self._thread.start()
 
     def put(self, record: SpanRecord) -> None:
         """Queue an ended span (the event loop's whole cost of exporting it)."""
         spans = self._spans
-        if len(spans) >= self._max:
-            self._dropped("queue_full", 1)
+        if len(spans) < self._max:
+            spans.append(record)
+            if len(spans) == self._batch:
+                self._wake.set()
             return
-        spans.append(record)
-        if len(spans) == self._batch:
-            self._wake.set()
+        self._full += 1
+        now = time.monotonic()
+        if now - self._reported_at >= REPORT_S:
+            self._reported_at = now
+            self._report_full()
+
+    def _report_full(self) -> None:
+        if self._full != self._full_reported:
+            self._dropped("queue_full", self._full - self._full_reported)
+            self._full_reported = self._full
 
     def _run(self) -> None:
         while not self._stopping:
             self._wake.wait(self._delay_s)
             self._wake.clear()
             self._drain()
+            if self._full != self._full_reported and self._loop is not None and not self._loop.is_closed():
+                # Drops that came after the loop last counted them (the load stopped): counted by
+                # the loop, the one writer of those numbers.
+                try:
+                    self._loop.call_soon_threadsafe(self._report_full)
+                except RuntimeError:  # the loop closed meanwhile: close() counts them
+                    pass
 
     def _drain(self) -> None:
         spans = self._spans
@@ -118,6 +148,7 @@ class SpanQueue:
         dropped (a shutdown must not wait on a collector that does not answer)."""
         self._stopping = True
         self._wake.set()
+        self._report_full()  # the loop has stopped putting: this thread may count the rest
         self._thread.join(timeout_s)
         if self._thread.is_alive():  # still waiting on the collector: what is queued is lost
             lost = len(self._spans)

@@ -84,7 +84,7 @@ class Tracing:
         self.capture_content = config.capture_content
         self._sink = sink
         self._keep_below = int(config.sample_ratio * (1 << 64))  # new traces: kept when their low 64 bits are below
-        self._servers: dict[str, dict[str, Any]] = {}  # base_url -> server.address / server.port
+        self._attempts: dict[tuple[Any, type, str | None], tuple[str, str, dict[str, Any]]] = {}
         self.guardrails: Any = None  # guardrails/policy.py Guardrails, when configured (wiring sets it)
 
     def _guarded(self, key: Any) -> bool:
@@ -206,13 +206,11 @@ class Tracing:
             return None
         note = current.get()
         server: ServerSpan | None = note.trace if note is not None else None
-        operation = operation or CAPABILITY_OPERATIONS.get(capability.__name__, "call")
-        config = deployment.config
-        attributes: dict[str, Any] = {"gen_ai.operation.name": operation, "gen_ai.request.model": deployment.upstream,
-                                      "gen_ai.provider.name": config.engine, "inferd.deployment": deployment.name,
-                                      "inferd.model": model.id}
-        if config.base_url:
-            attributes.update(self._server_of(config.base_url))
+        template = self._attempts.get((deployment, capability, operation))
+        if template is None:
+            template = self._attempt_template(capability, deployment, model, operation)
+        operation, name, fixed = template
+        attributes = fixed.copy()
         capture = self.capture_content
         if server is not None:
             _limits(attributes, server.max_tokens, server.temperature)
@@ -225,19 +223,26 @@ class Tracing:
             capture = capture and not server.guarded
         elif capture:
             capture = not self._guarded(key)
-        record = SpanRecord(f"{operation} {deployment.upstream}", CLIENT, parent.trace_id, parent.span_id,
-                            parent.sampled, attributes, tracestate=parent.tracestate)
+        record = SpanRecord(name, CLIENT, parent.trace_id, parent.span_id, parent.sampled, attributes,
+                            tracestate=parent.tracestate)
         return AttemptSpan(self, record, server, capture)
 
-    def _server_of(self, base_url: str) -> dict[str, Any]:
-        found = self._servers.get(base_url)
-        if found is None:
-            parts = urlsplit(base_url)
-            found = {"server.address": parts.hostname or ""}
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            found["server.port"] = port
-            self._servers[base_url] = found
-        return found
+    def _attempt_template(self, capability: type, deployment: "Deployment", model: "Model",
+                          operation: str | None) -> tuple[str, str, dict[str, Any]]:
+        """What every attempt of `capability` on `deployment` shares (its operation, span name and
+        fixed attributes), built once: deployments live as long as the process."""
+        named = operation or CAPABILITY_OPERATIONS.get(capability.__name__, "call")
+        config = deployment.config
+        fixed: dict[str, Any] = {"gen_ai.operation.name": named, "gen_ai.request.model": deployment.upstream,
+                                 "gen_ai.provider.name": config.engine, "inferd.deployment": deployment.name,
+                                 "inferd.model": model.id}
+        if config.base_url:
+            parts = urlsplit(config.base_url)
+            fixed["server.address"] = parts.hostname or ""
+            fixed["server.port"] = parts.port or (443 if parts.scheme == "https" else 80)
+        template = (named, f"{named} {deployment.upstream}", fixed)
+        self._attempts[(deployment, capability, operation)] = template
+        return template
 
     # --- a generate turn's retrieval (services/generate.py) ------------------------------------
 
