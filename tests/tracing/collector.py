@@ -48,11 +48,13 @@ class Span:
 
 
 class Collector:
-    """An OTLP/HTTP traces endpoint on 127.0.0.1: `POST /v1/traces`, answered 200."""
+    """An OTLP/HTTP traces endpoint on 127.0.0.1: `POST /v1/traces`, answered 200 (or `status`,
+    a refusal that is not retried, without keeping the spans)."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: int = 200) -> None:
         self.spans: list[Span] = []
         self.paths: list[str] = []
+        self.refused = 0
         self._lock = threading.Lock()
         collector = self
 
@@ -64,9 +66,12 @@ class Collector:
                     body = gzip.decompress(body)
                 elif encoding == "deflate":
                     body = zlib.decompress(body)
-                collector._take(self.path, body)
+                if status == 200:
+                    collector._take(self.path, body)
+                else:
+                    collector.refused += 1
                 reply = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()

@@ -1,6 +1,6 @@
 """A collector that accepts connections and never answers costs the requests nothing: calls take
 as long as with a collector that answers, the spans that cannot wait are dropped and counted on
-/metrics, and the server still stops promptly."""
+/metrics, and the server still stops promptly; spans a collector refuses are counted as lost."""
 
 from __future__ import annotations
 
@@ -69,3 +69,27 @@ def test_a_collector_that_never_answers_adds_no_latency_and_drops_are_counted(
         assert server.process.returncode is not None and time.monotonic() - started < 10
     finally:
         server.stop()
+
+
+def test_spans_a_collector_refuses_are_counted_as_lost(tmp_path_factory: pytest.TempPathFactory, backend: Backend,
+                                                       upstream: Upstream) -> None:
+    refusing = Collector(status=400)
+    folder: Path = tmp_path_factory.mktemp("refusing-collector")
+    config = write_config(folder / "inferd.toml", MODELS_TOML + tracing_table(otlp_endpoint=refusing.base_url),
+                          upstream)
+    server = Server.start(folder, backend, config)
+    try:
+        key = server.create_key(org=f"org-{uuid.uuid4().hex[:8]}")
+        for _ in range(3):
+            reply = httpx.post(server.v1 + "/chat/completions", headers=auth(key), timeout=30,
+                               json={"model": "tr-chat", "messages": [{"role": "user", "content": "hi"}]})
+            assert reply.status_code == 200, reply.text
+        deadline = time.monotonic() + 15
+        while dropped(server, "export_failed") < 6 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert refusing.refused >= 1
+        assert dropped(server, "export_failed") == 6  # three calls, two spans each, every one refused
+        assert dropped(server, "queue_full") == 0
+    finally:
+        server.stop()
+        refusing.close()
