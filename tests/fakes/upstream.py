@@ -440,7 +440,7 @@ class FakeUpstream:
         upload = form["file"]
         fields = {k: str(v) for k, v in form.items() if k != "file"}
         self.requests.append({"path": request.path, "body": {**fields, "file_bytes": len(upload.file.read())},
-                              "filename": upload.filename})
+                              "filename": upload.filename, "traceparent": request.headers.get("traceparent")})
         if fields.get("response_format") in PLAIN_TRANSCRIPTS:
             written = EDGE_TRANSCRIPTS if fields.get("model") == "mock-edges" else PLAIN_TRANSCRIPTS
             return web.Response(body=written[fields["response_format"]], content_type="text/plain")

@@ -60,6 +60,12 @@ base_url = "{upstream}/v1"
 upstream_model = "mock"
 
 [[models]]
+id = "tr-asr"
+type = "asr"
+base_url = "{upstream}/v1"
+upstream_model = "mock"
+
+[[models]]
 id = "tr-image"
 type = "image-gen"
 base_url = "{upstream}/v1"

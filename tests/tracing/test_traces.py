@@ -216,6 +216,22 @@ def test_every_model_route_is_a_server_span_named_for_its_operation(traced_serve
             assert server.attributes["gen_ai.usage.output_tokens"] > 0
 
 
+def test_a_transcription_s_multipart_upstream_request_carries_the_attempt_s_traceparent(
+        traced_server: Server, upstream: Upstream, collector: Collector) -> None:
+    key, _ = new_key(traced_server)
+    header, trace_id, client_span = new_traceparent()
+    reply = httpx.post(traced_server.v1 + "/audio/transcriptions", headers={**auth(key), "traceparent": header},
+                       params={"model": "tr-asr"}, files={"file": ("note.wav", b"RIFF1234")}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    spans = collector.trace(trace_id, 2)
+    server, attempt = one(spans, "server"), one(spans, "client")
+    assert server.name == "transcription tr-asr" and server.parent_span_id == client_span
+    assert attempt.attributes["gen_ai.operation.name"] == "transcription" and attempt.parent_span_id == server.span_id
+    sent = [r["traceparent"] for r in upstream.requests() if r["path"] == "/v1/audio/transcriptions"
+            and trace_id in (r.get("traceparent") or "")]
+    assert sent == [f"00-{trace_id}-{attempt.span_id}-01"]
+
+
 def test_a_generate_turn_has_a_retrieval_span_parenting_its_embedding_calls(
         traced_server: Server, upstream: Upstream, collector: Collector) -> None:
     user = mint_user(traced_server, f"org-tr-{uuid.uuid4().hex[:8]}")
