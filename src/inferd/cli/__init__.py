@@ -1,4 +1,4 @@
-"""The `inferd` command line: serve, orgs, teams, keys, usage, batch-worker, batch."""
+"""The `inferd` command line: serve, orgs, teams, keys, usage, batch-worker, batch, files."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ COMMANDS = {
     "batch-worker": "inferd.cli.batch_worker:batch_worker",
     "batch": "inferd.cli.batch:batch",
     "usage": "inferd.cli.usage:usage",
+    "files": "inferd.cli.files:files",
 }
 
 
