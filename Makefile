@@ -55,19 +55,23 @@ serve: $(SERVE_STAMP)
 	$(VENV)/bin/inferd serve
 
 # The whole suite twice, both at once: embedded SQLite with in-process limits, and PostgreSQL +
-# Redis. One suite keeps about 0.8 of a core busy (the rest is waiting on servers, workers and
-# sleeps), so the two together take little longer than one. They share nothing: each run has its
-# own databases, data dirs, Redis key prefix and ports. -O prints each suite's report whole, when
-# it ends, with its 25 slowest tests (the suite must stay well inside CI's time); make fails if
-# either fails.
+# Redis. Each suite runs in XDIST_WORKERS pytest-xdist workers, a test file never split between
+# two (its module's servers start once; the session's start once per worker): much of a test's
+# time is waiting on servers, sleeps and subprocesses, which another worker's tests fill. Nothing
+# is shared: each worker of each run has its own databases, data dirs, Redis key prefix and ports.
+# -O prints each suite's report whole, when it ends, with its 25 slowest tests (the suite must stay
+# well inside CI's time); make fails if either fails. XDIST_WORKERS=0 runs a suite in one process.
+XDIST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(XDIST_WORKERS) --dist loadfile --durations=25
+
 test: install
 	$(MAKE) -j2 -O test-sqlite test-postgres
 
 test-sqlite: install
-	env -u INFERD_DATABASE_URL -u INFERD_REDIS_URL $(PY) -m pytest --durations=25
+	env -u INFERD_DATABASE_URL -u INFERD_REDIS_URL $(PYTEST)
 
 test-postgres: install
-	INFERD_DATABASE_URL=$(PG_URL) INFERD_REDIS_URL=$(REDIS_URL) $(PY) -m pytest --durations=25
+	INFERD_DATABASE_URL=$(PG_URL) INFERD_REDIS_URL=$(REDIS_URL) $(PYTEST)
 
 bench: install
 	$(PY) bench/overhead.py
