@@ -29,9 +29,9 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 # ones. The browser tests drive Debian's Chromium (never a Playwright download).
 VENDOR := src/inferd/console/static/vendor
 
-.PHONY: install install-serve serve test test-sqlite test-postgres bench chromium console console-check
+.PHONY: install install-serve serve test test-sqlite test-postgres bench chromium haproxy console console-check
 
-install: $(STAMP) chromium
+install: $(STAMP) chromium haproxy
 
 install-serve: $(SERVE_STAMP)
 
@@ -50,6 +50,11 @@ $(STAMP): $(SERVE_STAMP)
 chromium:
 	@command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; } || \
 	  { echo "make install: Chromium is needed by the browser tests (apt-get install chromium)" >&2; exit 1; }
+
+# The load-balancer test (tests/test_load_balancer.py) puts Debian's HAProxy in front of replicas.
+haproxy:
+	@command -v haproxy >/dev/null || { apt-get update && apt-get install -y haproxy; } || \
+	  { echo "make install: HAProxy is needed by the load-balancer test (apt-get install haproxy)" >&2; exit 1; }
 
 serve: $(SERVE_STAMP)
 	$(VENV)/bin/inferd serve
