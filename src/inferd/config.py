@@ -14,6 +14,7 @@ from typing import Any, Mapping, TypeVar
 
 from inferd.builtin import builtin_tables, default_aliases, settle_names, with_image_alias
 from inferd.config_alerts import AlertsConfig, parse_alerts
+from inferd.config_cache import CacheConfig, parse_cache
 from inferd.config_guardrails import GuardrailConfig, parse_guardrails
 from inferd.config_models import Cost, ModelConfig
 from inferd.config_pools import POOL_KEYS, check_pool_values, check_pools, expand_deployments
@@ -92,6 +93,7 @@ class Catalogue:
     alerts: AlertsConfig | None = None  # `[alerts]`: budget alerts by webhook; None: none sent
     web_search: WebSearchConfig | None = None  # `[web_search]`: the provider of `webSearch=true`; None: ignored
     guardrails: tuple[GuardrailConfig, ...] = ()  # `[[guardrails]]`
+    cache: CacheConfig = field(default_factory=CacheConfig)  # `[cache]`: the response cache (off by default)
     storage: StorageConfig = field(default_factory=StorageConfig)  # `[storage]`: where file bytes live
     tracing: TracingConfig | None = None  # `[tracing]`; None: traced only when the environment names a collector
     source: str = "built-in catalogue"
@@ -163,12 +165,13 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
     "cost": dict, "model_full_name": str, "description": str, "use_when": str,
     "timeout_s": (int, float), "model_icon_url": str, "owned_by": str, "prefix_cache": bool,
     "maintenance": bool, "supported_parameters": list, "builtin": bool, "deployment": str, "image_urls": str,
-    "rpm": int, "tpm": int,
+    "rpm": int, "tpm": int, "cache": bool,
 }
 _COST_KEYS = ("input_per_m_token", "output_per_m_token", "image_per_generation")
 _IDP_KEYS = ("issuer", "audience", "hs256_secret", "jwks_file")
 _TOP_LEVEL = ("models", "idp", "conversations", "batches", "limits", "audio", "metrics", "logging", "alerts",
-              "web_search", "guardrails", "storage", "tracing")
+              "web_search", "guardrails", "cache", "storage",
+              "tracing")
 
 
 class _Where:
@@ -421,6 +424,7 @@ def load_catalogue(path: Path | None, engine_keys: Mapping[str, tuple[str, ...]]
         alerts=parse_alerts(where.fail, raw["alerts"]) if "alerts" in raw else None,
         web_search=parse_web_search(where.fail, raw["web_search"]) if "web_search" in raw else None,
         guardrails=parse_guardrails(where.fail, raw["guardrails"]) if "guardrails" in raw else (),
+        cache=parse_cache(where.fail, raw["cache"]) if "cache" in raw else CacheConfig(),
         storage=parse_storage(where.fail, raw["storage"]) if "storage" in raw else StorageConfig(),
         tracing=parse_tracing(where.fail, raw["tracing"]) if "tracing" in raw else None,
         source=str(path),

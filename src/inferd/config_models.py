@@ -57,6 +57,8 @@ class ModelConfig:
     # Requests and tokens per minute of every caller of this model together.
     rpm: int | None = None
     tpm: int | None = None
+    # false: never answered from the response cache, nor stored in it.
+    cache: bool = True
 
     @property
     def deployment_name(self) -> str:

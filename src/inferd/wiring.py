@@ -15,6 +15,8 @@ from inferd.auth.exchange import KeyExchange, build_exchange
 from inferd.auth.key_lookup import KeyLookup
 from inferd.auth.key_record import KeyRecord
 from inferd.auth.principal import Authenticator
+from inferd.cache.service import ResponseCache
+from inferd.cache.store import open_store
 from inferd.calls.health import HealthProber
 from inferd.calls.stage import CallStage
 from inferd.catalogue import ModelCatalogue
@@ -93,6 +95,7 @@ class Services:
     conversations: ConversationService
     batches: BatchService
     responses: ResponsesService
+    cache: ResponseCache | None = None  # `[cache] enabled`; None: off
     tracing: "Tracing | None" = None  # `[tracing]` (or OTEL_EXPORTER_OTLP_ENDPOINT); None: off
     trace_queue: "SpanQueue | None" = None  # the spans waiting for export, and its thread
 
@@ -134,8 +137,8 @@ async def build_services(settings: Settings) -> Services:
             await writer.settle()
         return await load_spend(db, scope, owner, since, hot)
 
-    if settings.redis_url:
-        redis = connect_redis(settings.redis_url)
+    redis = connect_redis(settings.redis_url) if settings.redis_url else None
+    if redis is not None:
         limits: Limits = RedisLimits(redis, settings.redis_prefix, loader)
     else:
         shared_window = os.environ.get(WORKER_RATE_FILE_ENV)  # a worker of `serve --workers N`
@@ -164,14 +167,18 @@ async def build_services(settings: Settings) -> Services:
     guardrails = Guardrails(config.guardrails, metrics.guardrail) if config.guardrails else None
     if tracing is not None:
         tracing.guardrails = guardrails  # a call a guardrail checks is never captured in a span
-    chat = ChatService(catalogue, stage, guardrails)
+    # Built only when the response cache is on: off, the routes test one None.
+    cache = ResponseCache(config.cache, open_store(db, redis, settings.redis_prefix, config.cache.ttl_s,
+                                                   config.cache.max_entries),
+                          writer, metrics) if config.cache.enabled else None
+    chat = ChatService(catalogue, stage, guardrails, cache)
     conversations = attach_sources(ConversationService(ConversationRepository(db), users), db)
     retriever = Retriever(db, catalogue, stage, embedding_model(config.conversations))
     return Services(settings=settings, config=config, db=db, hot=hot, orgs=OrgRepository(db), keys=keys,
                     key_lookup=key_lookup, auth=Authenticator(key_lookup), limits=limits, metrics=metrics,
                     writer=writer, catalogue=catalogue, stage=stage,
-                    health=health, chat=chat, embeddings=EmbeddingsService(catalogue, stage, guardrails),
-                    rerank=RerankService(catalogue, stage),
+                    health=health, chat=chat, embeddings=EmbeddingsService(catalogue, stage, guardrails, cache),
+                    rerank=RerankService(catalogue, stage, cache), cache=cache,
                     audio=AudioService(catalogue, stage, config.audio.max_duration_s),
                     images=ImagesService(catalogue, stage), retriever=retriever,
                     guardrails=guardrails, generation=Generation(catalogue, chat, conversations, retriever, config.conversations,

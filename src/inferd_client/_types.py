@@ -229,6 +229,8 @@ class UsageRow(APIObject):
     cost_usd: float = 0.0
     team_id: int | None = None
     team: str | None = None  # the team's name
+    cache_hit: bool = False  # answered from the response cache: cost_usd 0, the tokens as first billed
+    saved_usd: float = 0.0  # on a cache hit, what the answer first cost
     guardrail: str | None = None  # the output guardrail that withheld the reply
     metadata: dict[str, str] | None = None
 
@@ -251,6 +253,8 @@ class UsageSummaryRow(APIObject):
     completion_tokens: int = 0
     total_tokens: int = 0
     cost_usd: float = 0.0
+    cache_hits: int = 0  # requests answered from the response cache
+    saved_usd: float = 0.0  # what those answers first cost
 
 
 class UsageSummary(APIObject):

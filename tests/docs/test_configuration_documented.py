@@ -1,7 +1,7 @@
 """Every configuration key and INFERD_* variable the code reads is named in docs/configuration.md.
 
 The keys come from the lists the configuration loaders check unknown keys against (config.py,
-config_alerts.py, config_guardrails.py, config_pools.py, config_storage.py, config_web_search.py, the engines' option keys), and the variables from a search of
+config_alerts.py, config_cache.py, config_guardrails.py, config_pools.py, config_storage.py, config_web_search.py, the engines' option keys), and the variables from a search of
 the source, so a key added to the code without a line in the documentation fails here."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from inferd import (config, config_alerts, config_guardrails, config_pools, config_storage, config_tracing,
-                    config_web_search)
+from inferd import (config, config_alerts, config_cache, config_guardrails, config_pools, config_storage,
+                    config_tracing, config_web_search)
 from inferd.engines.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,10 +36,11 @@ def table_keys() -> dict[str, set[str]]:
         "limits": {f.name for f in dataclasses.fields(config.RequestLimits)},
         "audio": {f.name for f in dataclasses.fields(config.AudioConfig)},
         "alerts": {f.name for f in dataclasses.fields(config_alerts.AlertsConfig)},
+        "cache": {f.name for f in dataclasses.fields(config_cache.CacheConfig)},
         "web_search": {f.name for f in dataclasses.fields(config_web_search.WebSearchConfig)},
         "guardrails": set(config_guardrails._KNOWN),
-        "storage": {f.name for f in dataclasses.fields(config_storage.StorageConfig)},
         "tracing": {f.name for f in dataclasses.fields(config_tracing.TracingConfig)},
+        "storage": {f.name for f in dataclasses.fields(config_storage.StorageConfig)},
         **{table: set(re.findall(r'"(\w+)"', keys)) for table, keys in observe.items()},
     }
 

@@ -12,7 +12,7 @@ from tests.usage.conftest import bad, get, ok, store_rows, usage_row
 
 ROW_FIELDS = {"id", "org", "deployment", "key_id", "user_id", "model", "workspace", "prompt_tokens",
               "completion_tokens", "cached_prompt_tokens", "latency_ms", "status_code", "cost_usd", "created_at",
-              "team_id", "team", "metadata", "guardrail"}
+              "team_id", "team", "metadata", "guardrail", "cache_hit", "saved_usd"}
 
 
 def now() -> datetime:

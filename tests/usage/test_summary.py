@@ -12,7 +12,7 @@ from tests.harness import Server, auth
 from tests.usage.conftest import bad, get, ok, store_rows, usage_row
 
 SUMMARY_FIELDS = {"group_value", "requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
-                  "total_tokens", "cost_usd"}
+                  "total_tokens", "cost_usd", "cache_hits", "saved_usd"}
 
 
 def summary(server: Server, key: str, group_by: str, **params: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from inferd.api import admin_teams
+from inferd.api import admin_cache, admin_teams
 from inferd.api.deps import admin_key, services
 from inferd.auth.key_record import KeyRecord
 from inferd.protocol.admin import (AuditList, CreatedKey, DeploymentList, KeyCreateRequest, KeyList, KeyObject,
@@ -17,6 +17,7 @@ from inferd.services.admin import Administration
 
 router = APIRouter(tags=["admin"])
 router.include_router(admin_teams.router)  # /v1/admin/teams: one resource per module
+router.include_router(admin_cache.router)  # /v1/admin/cache
 GOVERNANCE = {"team", "tpm", "budget_period", "models", "model_limits", "expires_in", "expires_at"}  # governance
 
 

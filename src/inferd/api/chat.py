@@ -60,6 +60,8 @@ class ChatCompletionsRoute(JsonRoute):
         call = self._chat.open(body, key, metadata=metadata)
         if call.affinity is None and call.model.config.routing == "affinity":
             call.affinity = affinity_of(scope, body)
+        if self._chat.cache is not None:  # the response cache: its entry is looked up before any engine
+            await self._chat.use_cache(call, scope["headers"])
         await self._chat.fit_context(call)
         if call.payload.get("stream"):
             await relay_sse(self._chat.stream(call), _CHAT_FRAMES, receive, send)

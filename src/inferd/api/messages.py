@@ -65,6 +65,8 @@ class MessagesRoute(AnthropicRoute):
         chat_body = to_chat(body)
         await self.limits.admit(key, metered=True)
         call = self._open(key, chat_body, scope)
+        if self._chat.cache is not None:  # the response cache: its entry is looked up before any engine
+            await self._chat.use_cache(call, scope["headers"])
         await self._chat.fit_context(call)
         if chat_body.get("stream"):
             counts = cache_hits_counted(self._catalogue, call, key)

@@ -71,6 +71,8 @@ class ResponsesRoute(JsonRoute):
         call = self._chat.open(translated.chat, key, metadata=translated.metadata)
         if call.affinity is None and call.model.config.routing == "affinity":
             call.affinity = affinity_of(scope, translated.chat)
+        if self._chat.cache is not None:  # the response cache: its entry is looked up before any engine
+            await self._chat.use_cache(call, scope["headers"])
         await self._chat.fit_context(call)
         if translated.chat.get("stream"):
             counts = cache_hits_counted(self._catalogue, call, key)

@@ -107,14 +107,16 @@ def _usage_row(row: dict[str, Any]) -> dict[str, Any]:
             "cached_prompt_tokens": row["cached_prompt_tokens"], "latency_ms": row["latency_ms"],
             "status_code": row["status_code"], "cost_usd": row["cost_usd"], "created_at": rfc3339(row["created_at"]),
             "team_id": row["team_id"], "team": row["team"],
-            "metadata": orjson.loads(row["metadata"]) if row["metadata"] else None, "guardrail": row["guardrail"]}
+            "metadata": orjson.loads(row["metadata"]) if row["metadata"] else None, "guardrail": row["guardrail"],
+            "cache_hit": bool(row["cache_hit"]), "saved_usd": row["saved_usd"]}
 
 
 def _summary_row(group: SummaryGroup) -> dict[str, Any]:
     return {"group_value": group.group_value, "requests": group.requests, "prompt_tokens": group.prompt_tokens,
             "cached_prompt_tokens": group.cached_prompt_tokens, "completion_tokens": group.completion_tokens,
             "total_tokens": group.prompt_tokens + group.completion_tokens,
-            "cost_usd": round(group.cost_usd, 10)}  # a rounded float sum, not for invoices
+            "cost_usd": round(group.cost_usd, 10),  # a rounded float sum, not for invoices
+            "cache_hits": group.cache_hits, "saved_usd": round(group.saved_usd, 10)}
 
 
 def _json(body: dict[str, Any]) -> Response:

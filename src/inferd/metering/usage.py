@@ -40,6 +40,8 @@ class Usage:
     metadata: dict[str, str] | None
     team_id: int | None = None
     guardrail: str | None = None  # the output guardrail that withheld the reply (the engine was reached)
+    cache_hit: bool = False  # answered from the response cache: cost 0, `saved_usd` what it first cost
+    saved_usd: float = 0.0
 
     def row(self) -> dict[str, Any]:
         """The `usage_rows` values for this call."""
@@ -51,7 +53,7 @@ class Usage:
             "cached_prompt_tokens": self.cached_prompt_tokens, "latency_ms": self.latency_ms,
             "status_code": self.status_code, "cost_usd": self.cost_usd, "created_at": created_at,
             "metadata": orjson.dumps(self.metadata).decode() if self.metadata else None,
-            "guardrail": self.guardrail,
+            "guardrail": self.guardrail, "cache_hit": self.cache_hit, "saved_usd": self.saved_usd,
         }
 
 

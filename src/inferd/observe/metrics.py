@@ -74,6 +74,10 @@ class Metrics:
                                "failed).", ("outcome",), registry=r)
         self._guardrails = Counter("inferd_guardrail_actions_total", "Guardrail actions taken (block, redact, log), "
                                    "by guardrail and direction.", ("guardrail", "direction", "action"), registry=r)
+        self._cache_requests = Counter("inferd_cache_requests_total", "Requests the response cache saw, by model and "
+                                       "result (hit, miss, bypass).", ("model", "result"), registry=r)
+        self._cache_saved = Counter("inferd_cache_saved_usd_total", "USD the response cache's hits did not spend "
+                                    "(what the answers first cost).", ("model",), registry=r)
         self._spans_dropped = Counter("inferd_trace_spans_dropped_total", "Trace spans lost before a collector took "
                                       "them, by reason (queue_full, export_failed, shutdown).", ("reason",), registry=r)
         self._request_children: dict[tuple[str, str, int], tuple[object, object]] = {}
@@ -139,6 +143,12 @@ class Metrics:
     def guardrail(self, name: str, direction: str, action: str) -> None:
         """A guardrail acted on a call's input or output (its name and the action; never the text)."""
         self._guardrails.labels(name, direction, action).inc()
+
+    def cache(self, model: str, result: str, saved_usd: float = 0.0) -> None:
+        """The response cache answered (`hit`, saving `saved_usd`), missed, or was bypassed."""
+        self._cache_requests.labels(model, result).inc()
+        if saved_usd:
+            self._cache_saved.labels(model).inc(saved_usd)
 
     def trace_spans_dropped(self, reason: str, count: int) -> None:
         """Spans the exporter lost (called from its thread; prometheus_client counters are thread-safe)."""

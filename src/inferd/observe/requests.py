@@ -26,7 +26,7 @@ class RequestNote:
     """One request's facts, filled in as it goes."""
 
     __slots__ = ("request_id", "started", "status", "key_id", "org", "model", "deployment", "prompt_tokens",
-                 "completion_tokens", "rejection", "rate", "trace")
+                 "completion_tokens", "rejection", "rate", "cache", "trace")
 
     def __init__(self, request_id: str, started: float) -> None:
         self.request_id = request_id
@@ -40,6 +40,7 @@ class RequestNote:
         self.completion_tokens = 0
         self.rejection: str | None = None
         self.rate: Any = None  # the windows' state (limits/base.py RateState): the x-ratelimit-* headers
+        self.cache: list[tuple[bytes, bytes]] | None = None  # the response cache's headers (x-inferd-cache, age)
         self.trace: Any = None  # the request's server span (tracing/spans.py ServerSpan); None: not traced
 
     def metered(self, model: str, deployment: str, prompt: int, completion: int) -> None:
@@ -96,6 +97,8 @@ def response_start(status: int, headers: list[tuple[bytes, bytes]]) -> dict[str,
     extra = [(REQUEST_ID_HEADER, note.request_id.encode("ascii"))]
     if note.rate is not None:
         extra += note.rate.headers()
+    if note.cache is not None:
+        extra += note.cache
     return {"type": "http.response.start", "status": status, "headers": [*headers, *extra]}
 
 
@@ -108,7 +111,7 @@ def stamped(send: Send, note: RequestNote) -> Send:
         if message["type"] == "http.response.start" and not note.status:
             note.status = message["status"]
             message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id),
-                                  *(note.rate.headers() if note.rate is not None else ())]
+                                  *(note.rate.headers() if note.rate is not None else ()), *(note.cache or ())]
         await send(message)
 
     return send_stamped

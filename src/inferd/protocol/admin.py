@@ -126,9 +126,17 @@ class AuditEntryObject(BaseModel):
     at: str  # RFC 3339, UTC
     actor: str  # the admin key's access key id, "cli", or (user_key.mint) the owning key's id
     action: Literal["key.create", "key.update", "key.revoke", "org.create", "org.update", "user_key.mint",
-                    "batch.cancel", "file.delete", "key.rotate", "team.create", "team.update", "team.delete"]
+                    "batch.cancel", "file.delete", "key.rotate", "team.create", "team.update", "team.delete",
+                    "cache.clear"]
     target: str  # an access key id, the org's slug, a user id (user_key.mint), a batch or file id
     details: dict[str, Any]
+
+
+class CacheCleared(BaseModel):
+    """DELETE /v1/admin/cache: how many of the org's response-cache entries were removed."""
+
+    object: Literal["cache.cleared"]
+    deleted: int
 
 
 class AuditList(BaseModel):

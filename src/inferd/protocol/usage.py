@@ -24,6 +24,8 @@ class UsageRow(BaseModel):
     team: str | None  # the team's name (issue 28); null with no team
     metadata: dict[str, str] | None
     guardrail: str | None  # the output guardrail that withheld the reply; null otherwise
+    cache_hit: bool  # answered from the response cache: cost_usd 0, the tokens as first billed
+    saved_usd: float  # on a cache hit, what the answer first cost; else 0
 
 
 class UsagePagination(BaseModel):
@@ -44,6 +46,8 @@ class UsageSummaryRow(BaseModel):
     completion_tokens: int
     total_tokens: int
     cost_usd: float
+    cache_hits: int  # requests answered from the response cache
+    saved_usd: float  # what those answers first cost
 
 
 class UsagePage(BaseModel):

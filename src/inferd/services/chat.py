@@ -10,6 +10,8 @@ import asyncio
 from typing import Any, AsyncIterator, Iterable
 
 from inferd.auth.key_record import KeyRecord
+from inferd.cache.key import chat_form
+from inferd.cache.service import ResponseCache
 from inferd.calls.pacing import Pacer
 from inferd.calls.route import affinity_key
 from inferd.calls.stage import Answer, CallStage, Metered, StreamLease
@@ -18,6 +20,7 @@ from inferd.engines.base import ChatEngine, TokenCount, estimate_tokens, prompt_
 from inferd.errors import InferdError, InvalidRequest
 from inferd.guardrails.policy import Guardrails, GuardrailUnavailable, Policy, put_text, text_at, texts_of
 from inferd.protocol.chat import check_images, check_reasoning_effort
+from inferd.services.chat_cache import complete_cached, stream_cached
 from inferd.services.chat_call import TEXT_FIELDS, ChatCall, usage_numbers, with_reasoning
 from inferd.services.chat_stream import StreamRelay
 
@@ -41,10 +44,21 @@ def apply_thinking(deployment: Model, payload: dict[str, Any]) -> None:
 class ChatService:
     """Routes, runs and meters chat completions through the call stage."""
 
-    def __init__(self, catalogue: ModelCatalogue, stage: CallStage, guardrails: Guardrails | None = None) -> None:
+    def __init__(self, catalogue: ModelCatalogue, stage: CallStage, guardrails: Guardrails | None = None,
+                 cache: ResponseCache | None = None) -> None:
         self._catalogue = catalogue
         self._stage = stage
         self._guardrails = guardrails
+        self.cache = cache  # the response cache; None when `[cache]` is off (routes test this, nothing more)
+
+    async def use_cache(self, call: ChatCall, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """Give a route's call its response-cache ticket and look its entry up, before any engine
+        (and before `fit_context`, whose count a hit does not need). Only with the cache on."""
+        assert self.cache is not None
+        ticket = self.cache.ticket(call.key, call.model, "chat", call.payload, chat_form(call.payload), headers)
+        if ticket.key is not None:  # bypassed (its header already set): the plain corridor
+            call.cache = ticket
+            call.hit = await ticket.lookup()
 
     def _policy(self, key: KeyRecord) -> Policy | None:
         return self._guardrails.policy(key.org_slug, key.org_guardrails) if self._guardrails is not None else None
@@ -165,6 +179,8 @@ class ChatService:
         """400 when the prompt overflows the window; cap max_tokens at the room left.
 
         A count is taken only when the cheap upper bound cannot rule both out."""
+        if call.hit is not None:
+            return  # answered from the response cache: no engine, no count
         if call.guard is not None and not call.guarded:
             await self.guard_input(call)
         window = call.model.config.context_length
@@ -199,6 +215,8 @@ class ChatService:
         """A blocking completion and its usage, metered (committed, unless `record` is False: then
         the caller commits `usage`) before it is returned; `pacer` caps such calls per deployment
         (batch lines)."""
+        if call.cache is not None:
+            return await complete_cached(self, call, record, pacer)
         unavailable: GuardrailUnavailable | None = None  # an output webhook that gave no verdict
 
         async def attempt(engine: ChatEngine, deployment: Deployment, model: Model) -> Answer[dict[str, Any]]:
@@ -236,6 +254,8 @@ class ChatService:
     def stream(self, call: ChatCall) -> AsyncIterator[bytes]:
         """SSE frames for a streamed completion; the row is durable before `data: [DONE]`.
         Errors before the first frame propagate as exceptions (after failover)."""
+        if call.cache is not None:
+            return stream_cached(self, call, True)
         return StreamRelay(self, call).frames()
 
     def chunks(self, call: ChatCall) -> AsyncIterator[dict[str, Any]]:
@@ -248,6 +268,8 @@ class ChatService:
         """The same stream as the chunks' JSON bytes, every chunk that arrived together in one list,
         so a relay that re-encodes them (the Messages API) sends one write per batch; otherwise as
         `chunks`."""
+        if call.cache is not None:
+            return stream_cached(self, call, False)
         return StreamRelay(self, call).chunk_batches()
 
     async def open_stream(self, call: ChatCall) -> StreamLease:

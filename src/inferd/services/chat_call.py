@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.auth.key_record import KeyRecord
+from inferd.cache.service import Ticket
+from inferd.cache.store import Entry
 from inferd.calls.stage import Billing
 from inferd.catalogue import Deployment, Model
 from inferd.guardrails.policy import Policy
@@ -31,6 +33,8 @@ class ChatCall:
     affinity: str | None = None  # the routing key of `affinity` pools
     guard: Policy | None = None  # the guardrails of the caller's org; None: none apply
     guarded: bool = False  # whether the input guardrails have run (they run once, before any engine)
+    cache: Ticket | None = None  # the response cache's ticket (routes that cache, with the cache on)
+    hit: Entry | None = None  # the entry that answers the call, found before any engine
 
     @property
     def billing(self) -> Billing:

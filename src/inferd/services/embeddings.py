@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from inferd.auth.key_record import KeyRecord
+from inferd.cache.service import ResponseCache
 from inferd.calls.route import affinity_key
 from inferd.calls.stage import Answer, Billing, CallStage, reported_prompt_tokens
 from inferd.catalogue import Deployment, Model, ModelCatalogue
@@ -82,16 +83,23 @@ class EmbeddingsService:
     """`/v1/embeddings`: catalogue -> call stage (deployment, failover, usage row in workspace
     `embeddings`, priced on input tokens only) -> the reply in the asked encoding."""
 
-    def __init__(self, catalogue: ModelCatalogue, stage: CallStage, guardrails: Guardrails | None = None) -> None:
+    def __init__(self, catalogue: ModelCatalogue, stage: CallStage, guardrails: Guardrails | None = None,
+                 cache: ResponseCache | None = None) -> None:
         self._catalogue = catalogue
         self._stage = stage
         self._guardrails = guardrails
+        self._cache = cache  # the response cache; None when `[cache]` is off
 
     async def create(self, key: KeyRecord, body: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
                      ) -> dict[str, Any]:
         """The embeddings of a checked request (`headers`: the raw ones, for the affinity key)."""
         model = self._catalogue.resolve(body["model"], key)
         model.require_type(("embeddings",), "embeddings")
+        ticket = None
+        if self._cache is not None:
+            ticket, stored = await self._cache.lookup(key, model, "embeddings", body, headers)
+            if stored is not None:
+                return stored
         if self._guardrails is not None:
             body = await self._guard_input(key, model, body)
 
@@ -103,12 +111,15 @@ class EmbeddingsService:
             reply["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt}
             return Answer(reply, prompt)
 
-        reply = (await self._stage.call(model, EmbeddingEngine, Billing(key, "embeddings"), attempt,
-                                        affinity=affinity_key(model, body.get("user"), headers=headers))).value
+        metered = await self._stage.call(model, EmbeddingEngine, Billing(key, "embeddings"), attempt,
+                                         affinity=affinity_key(model, body.get("user"), headers=headers))
+        reply = metered.value
         if body.get("encoding_format") == "base64":
             for item in reply["data"]:
                 if isinstance(item.get("embedding"), list):
                     item["embedding"] = as_base64(item["embedding"])
+        if ticket is not None:
+            await ticket.save(reply, metered.usage)
         return reply
 
 

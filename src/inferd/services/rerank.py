@@ -9,6 +9,7 @@ import uuid
 from typing import Any, Iterable
 
 from inferd.auth.key_record import KeyRecord
+from inferd.cache.service import ResponseCache
 from inferd.calls.route import affinity_key
 from inferd.calls.stage import Answer, Billing, CallStage, reported_prompt_tokens
 from inferd.catalogue import Deployment, Model, ModelCatalogue
@@ -26,15 +27,21 @@ def _scores_in_unit_range(results: list[dict[str, Any]]) -> None:
 class RerankService:
     """catalogue -> call stage -> the engine's scores, checked, in [0, 1] and sorted."""
 
-    def __init__(self, catalogue: ModelCatalogue, stage: CallStage) -> None:
+    def __init__(self, catalogue: ModelCatalogue, stage: CallStage, cache: ResponseCache | None = None) -> None:
         self._catalogue = catalogue
         self._stage = stage
+        self._cache = cache  # the response cache; None when `[cache]` is off
 
     async def rerank(self, key: KeyRecord, body: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
                      ) -> dict[str, Any]:
         """The answer to a checked request (`headers`: the raw ones, for the affinity key)."""
         model = self._catalogue.resolve(body["model"], key)
         model.require_type(("reranker",), "rerank")
+        ticket = None
+        if self._cache is not None:
+            ticket, stored = await self._cache.lookup(key, model, "rerank", body, headers)
+            if stored is not None:
+                return stored
         documents: list[str] = body["documents"]
         top_n = min(body.get("top_n") or len(documents), len(documents))
 
@@ -59,5 +66,8 @@ class RerankService:
         for r in results:
             r["document"] = {"text": documents[r["index"]]}
         prompt = metered.usage.prompt_tokens
-        return {"id": f"rerank-{uuid.uuid4().hex}", "model": metered.model.id, "results": results[:top_n],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}}
+        reply = {"id": f"rerank-{uuid.uuid4().hex}", "model": metered.model.id, "results": results[:top_n],
+                 "usage": {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}}
+        if ticket is not None:
+            await ticket.save(reply, metered.usage)
+        return reply

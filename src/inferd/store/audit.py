@@ -27,6 +27,7 @@ ACTIONS = ("key.create", "key.update", "key.revoke", "org.create", "org.update",
            "file.delete")
 ACTIONS += ("team.create", "team.update", "team.delete")  # target: the team's name
 ACTIONS += ("key.rotate",)  # a new secret for the same key id (details: grace_s; never a secret)
+ACTIONS += ("cache.clear",)  # the org's response-cache entries emptied (target: the org; details: deleted)
 
 
 @dataclass(frozen=True)

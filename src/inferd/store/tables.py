@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, LargeBinary,
-                        MetaData, String, Table, Text, UniqueConstraint)
+                        MetaData, String, Table, Text, UniqueConstraint, false)
 
 # Every timestamp is a naive UTC datetime, the same on SQLite and PostgreSQL.
 metadata = MetaData()
@@ -100,6 +100,9 @@ usage_rows = Table(
     Column("cost_usd", Float, nullable=False),
     Column("created_at", DateTime(), nullable=False),
     Column("metadata", Text, nullable=True),  # JSON object, or NULL for untagged requests
+    # Since 0015: a response-cache hit (cost 0; `saved_usd` the cost first billed).
+    Column("cache_hit", Boolean, nullable=False, server_default=false()),
+    Column("saved_usd", Float, nullable=False, server_default="0"),
     # Since 0016: the output guardrail that withheld the reply (its engine was reached); NULL otherwise.
     Column("guardrail", String(64), nullable=True),
     Index("ix_usage_rows_key_created", "key_id", "created_at", "id"),  # id since 0002: pages in index order
@@ -329,6 +332,8 @@ usage_rollup = Table(
     Column("cached_prompt_tokens", BigInteger, nullable=False),
     Column("completion_tokens", BigInteger, nullable=False),
     Column("cost_usd", Float, nullable=False),
+    Column("cache_hits", BigInteger, nullable=False, server_default="0"),  # since 0015
+    Column("saved_usd", Float, nullable=False, server_default="0"),
     sqlite_with_rowid=False,  # clustered by (key_id, span, period): a window is one contiguous range
 )
 
@@ -388,4 +393,23 @@ alerts = Table(
     Column("last_error", String(500), nullable=True),
     UniqueConstraint("scope", "owner", "period_start", "threshold", name="uq_alerts_crossing"),
     Index("ix_alerts_next_attempt", "next_attempt_at"),
+)
+
+
+# The response cache (migration 0015): one stored answer per cache key (cache/key.py), with the
+# tokens and cost first billed. `org` is whose entries `DELETE /v1/admin/cache` empties; the oldest
+# `created_at` leave first once `[cache] max_entries` is reached.
+cache_entries = Table(
+    "cache_entries", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("org", String(128), nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("reply", Text, nullable=False),  # JSON: the answer as first sent
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("cached_prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+    Index("ix_cache_entries_created", "created_at"),
+    Index("ix_cache_entries_org", "org"),
 )

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Iterable
 
 import orjson
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, case, func, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -26,6 +26,15 @@ from inferd.store.tables import api_keys, orgs, teams, usage_rollup, usage_rows
 _SEP = "\x1f"
 _NONE = "\x01"  # stands for NULL in the hash (PostgreSQL text cannot hold NUL)
 _SUMS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_usd")
+# What the rollup adds beside the sums of the rows' own columns (since 0015): the response-cache
+# hits (rows with `cache_hit`) and the cost they saved.
+_HITS = ("cache_hits", "saved_usd")
+
+
+def _hits(row: dict[str, Any]) -> tuple[int, float]:
+    """A row's `_HITS`: (1 when it is a cache hit, else 0; its saved cost). A row journaled before
+    0015 has neither."""
+    return (1 if row.get("cache_hit") else 0), float(row.get("saved_usd") or 0.0)
 
 
 @lru_cache(maxsize=4096)  # a key sees few distinct combinations; the hot path skips the hashing
@@ -58,32 +67,38 @@ def rollup_deltas(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 deltas[(row["key_id"], span, period, dims)] = {
                     "key_id": row["key_id"], "span": span, "period": period, "dims": dims, "model": row["model"],
                     "workspace": row["workspace"], "deployment": row["deployment"], "metadata": row["metadata"],
-                    "requests": 1, **{name: row[name] for name in _SUMS}}
+                    "requests": 1, **{name: row[name] for name in _SUMS}, **dict(zip(_HITS, _hits(row)))}
             else:
                 delta["requests"] += 1
                 for name in _SUMS:
                     delta[name] += row[name]
+                for name, value in zip(_HITS, _hits(row)):
+                    delta[name] += value
     return [deltas[slot] for slot in sorted(deltas)]
 
 
 def rollup_values(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """`rollup_deltas` as parameter tuples in ROLLUP_COLUMNS order; a lone row (the common commit
+    """`rollup_deltas` as parameter tuples in ROLLUP_WRITES order; a lone row (the common commit
     when traffic is light) takes a short path."""
     if len(rows) != 1:
-        return [tuple(delta[name] for name in ROLLUP_COLUMNS) for delta in rollup_deltas(rows)]
+        return [tuple(delta[name] for name in ROLLUP_WRITES) for delta in rollup_deltas(rows)]
     row = rows[0]
     hour = hour_period(row["created_at"])
     values = (dims_hash(row["model"], row["workspace"], row["deployment"], row["metadata"]), row["model"],
               row["workspace"], row["deployment"], row["metadata"], 1, row["prompt_tokens"],
-              row["cached_prompt_tokens"], row["completion_tokens"], row["cost_usd"])
+              row["cached_prompt_tokens"], row["completion_tokens"], row["cost_usd"], *_hits(row))
     return [(row["key_id"], "day", hour[:10], *values), (row["key_id"], "hour", hour, *values),
             (row["key_id"], "month", hour[:7], *values)]
 
 
-_ADDED = ("requests", *_SUMS)
-ROLLUP_COLUMNS = ("key_id", "span", "period", "dims", "model", "workspace", "deployment", "metadata", *_ADDED)
+# The rollup's columns as revision 0002 made them: its backfill inserts these (a revision is history,
+# so what it reads here may not grow); the writers write them and those added since (ROLLUP_WRITES).
+ROLLUP_COLUMNS = ("key_id", "span", "period", "dims", "model", "workspace", "deployment", "metadata", "requests",
+                  *_SUMS)
+_ADDED = ("requests", *_SUMS, *_HITS)
+ROLLUP_WRITES = (*ROLLUP_COLUMNS, *_HITS)
 SQLITE_ROLLUP_UPSERT = (
-    f"INSERT INTO usage_rollup ({', '.join(ROLLUP_COLUMNS)}) VALUES ({', '.join('?' * len(ROLLUP_COLUMNS))}) "
+    f"INSERT INTO usage_rollup ({', '.join(ROLLUP_WRITES)}) VALUES ({', '.join('?' * len(ROLLUP_WRITES))}) "
     "ON CONFLICT (key_id, span, period, dims) DO UPDATE SET "
     + ", ".join(f"{name} = usage_rollup.{name} + excluded.{name}" for name in _ADDED))
 
@@ -124,6 +139,8 @@ class SummaryGroup:
     cached_prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cache_hits: int = 0  # answered from the response cache (their cost is 0)
+    saved_usd: float = 0.0  # what those hits first cost
 
 
 SEEK_FROM_OFFSET = 1000  # deep pages with filters no index covers skip whole periods by their rollup counts
@@ -277,7 +294,7 @@ class UsageRepository:
                 tags = orjson.loads(row[1]) if row[1] else {}
                 if any(tags.get(k) != v for k, v in wanted):
                     continue
-            counts[row[0]] = counts.get(row[0], 0) + int(row[-5] or 0)
+            counts[row[0]] = counts.get(row[0], 0) + int(row[-7] or 0)
         passed, moment = 0, end
         while moment > start:
             earlier = _step_back(span, moment)
@@ -322,6 +339,10 @@ class UsageRepository:
         if query.metadata or (group or "").startswith("metadata."):
             keys.append(table.c.metadata)
         sums = [requests, *(func.sum(table.c[name]) for name in _SUMS)]
+        if source == "rows":
+            sums += [func.sum(case((usage_rows.c.cache_hit, 1), else_=0)), func.sum(usage_rows.c.saved_usd)]
+        else:
+            sums += [func.sum(usage_rollup.c[name]) for name in _HITS]
         stmt = select(*keys, *sums).where(*self._filters(table, query, False), *window)
         return stmt.group_by(*keys) if keys else stmt
 
@@ -348,12 +369,12 @@ class UsageRepository:
             for source, start, end in parts:
                 for row in (await conn.execute(self._grouped(source, group, query, start, end))).all():
                     values = list(row)
-                    sums = values[-5:]
+                    sums = values[-7:]
                     if not sums[0]:
                         continue  # an aggregate over no rows
                     value = None if group is None or tag is not None else values[0]
                     if wanted or tag is not None:
-                        text = values[-6]
+                        text = values[-8]
                         tags = tags_of.get(text)
                         if tags is None:
                             tags = tags_of[text] = orjson.loads(text) if text else {}
@@ -368,6 +389,8 @@ class UsageRepository:
                     totals.cached_prompt_tokens += int(sums[2] or 0)
                     totals.completion_tokens += int(sums[3] or 0)
                     totals.cost_usd += float(sums[4] or 0.0)
+                    totals.cache_hits += int(sums[5] or 0)
+                    totals.saved_usd += float(sums[6] or 0.0)
             if group == "team":
                 return await _named(conn, groups)
         return list(groups.values())
@@ -406,6 +429,8 @@ async def _named(conn: AsyncConnection, by_id: dict[str | None, SummaryGroup]) -
         into.cached_prompt_tokens += totals.cached_prompt_tokens
         into.completion_tokens += totals.completion_tokens
         into.cost_usd += totals.cost_usd
+        into.cache_hits += totals.cache_hits
+        into.saved_usd += totals.saved_usd
     return list(merged.values())
 
 

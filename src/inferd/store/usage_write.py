@@ -19,14 +19,16 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql import Executable
 
 from inferd.store.tables import spend, usage_rows
-from inferd.store.usage import (ROLLUP_COLUMNS, SQLITE_ROLLUP_UPSERT, rollup_deltas,
+from inferd.store.usage import (ROLLUP_WRITES, SQLITE_ROLLUP_UPSERT, rollup_deltas,
                                 rollup_upsert, rollup_values)
 
 Amounts = dict[tuple[str, str, str], float]  # (scope, owner, "YYYY-MM-DD") -> USD
 
 _COLUMNS = ("org", "deployment", "key_id", "user_id", "team_id", "model", "workspace", "prompt_tokens",
             "completion_tokens", "cached_prompt_tokens", "latency_ms", "status_code", "cost_usd", "created_at",
-            "metadata", "guardrail")
+            "metadata", "guardrail", "cache_hit", "saved_usd")
+# A row journaled before migration 0015 lacks its cache columns: it was no hit.
+_ROW_DEFAULTS: dict[str, Any] = {"cache_hit": False, "saved_usd": 0.0}
 _SQLITE_INSERT = f"INSERT INTO usage_rows ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 _SQLITE_SPEND = ("INSERT INTO spend (scope, owner, day, spend_usd) VALUES (?, ?, ?, ?) "
                  "ON CONFLICT (scope, owner, day) DO UPDATE SET spend_usd = spend.spend_usd + excluded.spend_usd")
@@ -68,8 +70,8 @@ class UsageWrites:
 
 def sqlite_usage_writes(rows: list[dict[str, Any]], amounts: Amounts) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """The same writes as `UsageWrites.writes`, as SQL and parameter tuples for sqlite3's executemany."""
-    values = [tuple(row["created_at"].isoformat(" ", "microseconds") if c == "created_at" else row.get(c)
-                    for c in _COLUMNS) for row in rows]
+    values = [tuple(row["created_at"].isoformat(" ", "microseconds") if c == "created_at"
+                    else row.get(c, _ROW_DEFAULTS.get(c)) for c in _COLUMNS) for row in rows]
     writes: list[tuple[str, list[tuple[Any, ...]]]] = [(_SQLITE_INSERT, values),
                                                         (SQLITE_ROLLUP_UPSERT, rollup_values(rows))]
     if amounts:
@@ -82,9 +84,10 @@ def sqlite_usage_writes(rows: list[dict[str, Any]], amounts: Amounts) -> list[tu
 # Without SQLAlchemy and its transaction (BEGIN, three statements, COMMIT, a pool ping), it costs
 # a tenth of the CPU (issue 15).
 _PG_ROW_TYPES = ("varchar", "varchar", "varchar", "varchar", "int", "varchar", "varchar", "int", "int", "int", "int",
-                 "int", "float8", "timestamp", "text", "varchar")
-_PG_ROLLUP_TYPES = ("varchar",) * 7 + ("text", "bigint", "bigint", "bigint", "bigint", "float8")
-_ADDED = ROLLUP_COLUMNS[8:]
+                 "int", "float8", "timestamp", "text", "varchar", "bool",
+                 "float8")
+_PG_ROLLUP_TYPES = ("varchar",) * 7 + ("text", "bigint", "bigint", "bigint", "bigint", "float8", "bigint", "float8")
+_ADDED = ROLLUP_WRITES[8:]
 
 
 def _unnest(types: tuple[str, ...], first: int) -> str:
@@ -96,11 +99,11 @@ def _pg_usage_write(first: int, only_if: str) -> str:
     only if the SQL condition `only_if` holds."""
     where = f" WHERE {only_if}"
     rollup_first = first + len(_COLUMNS)
-    spend_first = rollup_first + len(ROLLUP_COLUMNS)
+    spend_first = rollup_first + len(ROLLUP_WRITES)
     return (
         f"new_rows AS (INSERT INTO usage_rows ({', '.join(_COLUMNS)}) "
         f"SELECT * FROM {_unnest(_PG_ROW_TYPES, first)}{where}), "
-        f"rollup AS (INSERT INTO usage_rollup ({', '.join(ROLLUP_COLUMNS)}) "
+        f"rollup AS (INSERT INTO usage_rollup ({', '.join(ROLLUP_WRITES)}) "
         f"SELECT * FROM {_unnest(_PG_ROLLUP_TYPES, rollup_first)}{where} "
         "ON CONFLICT (key_id, span, period, dims) DO UPDATE SET "
         + ", ".join(f"{name} = usage_rollup.{name} + excluded.{name}" for name in _ADDED) + "), "
@@ -125,9 +128,9 @@ def pg_usage_arguments(rows: list[dict[str, Any]], amounts: Amounts) -> list[lis
     """PG_JOURNAL_FOLD's arguments after its first three: one array per column of the rows, of the
     rollup deltas (in lock order, as `rollup_deltas` sorts them) and of the spend additions (sorted
     likewise)."""
-    arguments: list[list[Any]] = [[row.get(c) for row in rows] for c in _COLUMNS]  # a row journaled before a column: NULL
+    arguments: list[list[Any]] = [[row.get(c, _ROW_DEFAULTS.get(c)) for row in rows] for c in _COLUMNS]
     deltas = rollup_values(rows)
-    arguments.extend([delta[i] for delta in deltas] for i in range(len(ROLLUP_COLUMNS)))
+    arguments.extend([delta[i] for delta in deltas] for i in range(len(ROLLUP_WRITES)))
     added = sorted(amounts.items())  # in lock order
     arguments.extend(([s for (s, _, _), _ in added], [o for (_, o, _), _ in added], [d for (_, _, d), _ in added],
                       [c for _, c in added]))
