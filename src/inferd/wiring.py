@@ -4,6 +4,7 @@ usage writer and every engine, and hands them out as one `Services` (no module-l
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +172,8 @@ async def build_services(settings: Settings) -> Services:
     cache = ResponseCache(config.cache, open_store(db, redis, settings.redis_prefix, config.cache.ttl_s,
                                                    config.cache.max_entries),
                           writer, metrics) if config.cache.enabled else None
+    if cache is not None and guardrails is not None:
+        cache.guardrails_fingerprint = hashlib.sha256(repr(config.guardrails).encode()).hexdigest()[:16]
     chat = ChatService(catalogue, stage, guardrails, cache)
     conversations = attach_sources(ConversationService(ConversationRepository(db), users), db)
     retriever = Retriever(db, catalogue, stage, embedding_model(config.conversations))

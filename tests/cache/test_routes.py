@@ -16,6 +16,7 @@ import httpx
 import orjson
 import pytest
 
+from tests.admin.conftest import cli
 from tests.harness import Backend, Server, Upstream, auth, own_backend, pg_drop_database, serving
 
 TOML = """
@@ -77,6 +78,20 @@ direction = "output"
 action = "block"
 patterns = ["secret"]
 applies_to = ["c-guarded"]
+
+[[guardrails]]
+name = "deny-in"
+kind = "deny"
+direction = "input"
+action = "block"
+patterns = ["forbidden"]
+
+[[guardrails]]
+name = "mask-out"
+kind = "deny"
+direction = "output"
+action = "redact"
+patterns = ["zebra"]
 """
 
 SMALL_TOML = """
@@ -315,6 +330,33 @@ def test_a_failure_is_never_stored(cached: Server, upstream: Upstream) -> None:
     again = post(cached, key, leaving)
     assert again.headers["x-inferd-cache"] == "miss" and events(again)[-1] == "[DONE]"
     assert post(cached, key, leaving).headers["x-inferd-cache"] == "hit"  # a stream that ended is stored
+
+
+def test_guardrails_an_org_takes_on_apply_to_what_was_stored_before(cached: Server, upstream: Upstream) -> None:
+    """Entries stored before the org chose guardrails are never served past them: an input the new
+    input guardrail blocks is refused (chat and embeddings), not answered from the cache, and a reply
+    stored without the new output guardrail is asked for again, not served unredacted."""
+    org = f"c-opt-{uuid.uuid4().hex[:6]}"
+    key = cached.create_key(org=org)
+    blocked = body(f"a forbidden question {uuid.uuid4().hex[:6]}")
+    echoed = {**body(f"the zebra code {uuid.uuid4().hex[:6]}"), "model": "echo"}
+    embedded = {"model": "embed", "input": f"forbidden text {uuid.uuid4().hex[:6]}"}
+    for _ in range(2):  # stored, then a hit: the org has no guardrail yet
+        assert post(cached, key, blocked).status_code == 200
+        first = post(cached, key, echoed)
+        assert first.status_code == 200 and "zebra" in first.json()["choices"][0]["message"]["content"]
+        assert post(cached, key, embedded, "/embeddings").status_code == 200
+    assert post(cached, key, echoed).headers["x-inferd-cache"] == "hit"
+    cli(cached, "orgs", "update", org, "--guardrails", "deny-in,mask-out")
+    before = chats(upstream)
+    for payload, path in ((blocked, "/chat/completions"), (embedded, "/embeddings")):
+        refused = post(cached, key, payload, path)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "guardrail_blocked"
+    again = post(cached, key, echoed)
+    assert again.status_code == 200 and again.headers["x-inferd-cache"] == "miss"
+    assert "zebra" not in again.text and chats(upstream) == before + 1
+    assert post(cached, key, echoed).headers["x-inferd-cache"] == "hit"  # stored redacted, served so
 
 
 def test_streams_replay_with_their_framing(cached: Server, upstream: Upstream) -> None:

@@ -120,14 +120,24 @@ class ResponseCache:
         self.writer = writer
         self.metrics = metrics
 
+    # What the configured guardrails are (set by the wiring when some are): part of every entry's
+    # scope, so a reply stored under other guardrails (before a configuration change) is never served.
+    guardrails_fingerprint = ""
+
     def scope(self, key: KeyRecord) -> str:
-        """Who shares entries: the key (default), its team (a key without one: itself), or its org."""
+        """Who shares entries: the key (default), its team (a key without one: itself), or its org;
+        and under which guardrails (the configured ones and those the org chose): stored replies have
+        been through the output guardrails of their time, so a change of guardrails starts afresh."""
         scope = self.config.scope
         if scope == "org":
-            return "org:" + key.org_slug
-        if scope == "team" and key.team_id is not None:
-            return f"team:{key.team_id}"
-        return "key:" + key.access_key_id
+            owner = "org:" + key.org_slug
+        elif scope == "team" and key.team_id is not None:
+            owner = f"team:{key.team_id}"
+        else:
+            owner = "key:" + key.access_key_id
+        if self.guardrails_fingerprint:
+            owner += "|guardrails:" + self.guardrails_fingerprint + ":" + ",".join(key.org_guardrails)
+        return owner
 
     def ticket(self, key: KeyRecord, model: Model, capability: str, body: dict[str, Any], form: dict[str, Any],
                headers: Iterable[tuple[bytes, bytes]]) -> Ticket:

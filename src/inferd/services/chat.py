@@ -55,6 +55,10 @@ class ChatService:
         """Give a route's call its response-cache ticket and look its entry up, before any engine
         (and before `fit_context`, whose count a hit does not need). Only with the cache on."""
         assert self.cache is not None
+        if call.guard is not None and not call.guarded:
+            # The input guardrails before the lookup: a hit never answers an input they would
+            # block, and the entry is keyed on the (redacted) messages the engine would see.
+            await self.guard_input(call)
         ticket = self.cache.ticket(call.key, call.model, "chat", call.payload, chat_form(call.payload), headers)
         if ticket.key is not None:  # bypassed (its header already set): the plain corridor
             call.cache = ticket

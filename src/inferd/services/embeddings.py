@@ -95,13 +95,15 @@ class EmbeddingsService:
         """The embeddings of a checked request (`headers`: the raw ones, for the affinity key)."""
         model = self._catalogue.resolve(body["model"], key)
         model.require_type(("embeddings",), "embeddings")
+        # The input guardrails first, then the cache on what they let through: a hit never
+        # answers an input they would block, and an entry is keyed on the text the engine saw.
+        if self._guardrails is not None:
+            body = await self._guard_input(key, model, body)
         ticket = None
         if self._cache is not None:
             ticket, stored = await self._cache.lookup(key, model, "embeddings", body, headers)
             if stored is not None:
                 return stored
-        if self._guardrails is not None:
-            body = await self._guard_input(key, model, body)
 
         async def attempt(engine: EmbeddingEngine, deployment: Deployment, answering: Model
                           ) -> Answer[dict[str, Any]]:
