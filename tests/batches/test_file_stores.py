@@ -18,7 +18,9 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.batches.conftest import BATCH_TOML, Worker, content, jsonl, request_line, stored_bytes, upload, wait_for
+from tests.batches.conftest import BATCH_TOML, Worker, content, get, jsonl, request_line, stored_bytes, upload, \
+    wait_for
+from tests.batches.test_durability import _check_exactly_once, _lines
 from tests.harness import Backend, Server, Upstream, auth, free_port, own_backend, pg_drop_database, write_config
 
 MIB = 1024 * 1024
@@ -260,3 +262,29 @@ def test_64_mib_upload_and_download_stream(deployment: Deployment) -> None:
     assert growth_down < 8 * MIB, f"download grew RSS by {growth_down / MIB:.1f} MiB"
     assert deployment.local_files() == []
     assert httpx.delete(f"{a.v1}/files/{file_id}", headers=auth(key)).status_code == 200
+
+
+def test_a_worker_killed_mid_batch_another_on_its_own_directory_finishes(deployment: Deployment) -> None:
+    """The durability test on this backend: the worker is SIGKILLed mid-batch; a new worker on a
+    directory of its own takes the batch over; every line lands once in the output or error file,
+    read through either replica."""
+    a, b = deployment.a, deployment.b
+    key = a.create_key()
+    lines, ok, engine_failed = _lines("d", 400)
+    uploaded = upload(a, key, jsonl(lines))
+    created = httpx.post(b.v1 + "/batches", headers=auth(key), timeout=30, json={
+        "input_file_id": uploaded["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"})
+    assert created.status_code == 200, created.text
+    batch_id = created.json()["id"]
+    deadline = time.monotonic() + 60
+    while get(b, key, batch_id)["request_counts"]["completed"] < 60:
+        assert time.monotonic() < deadline, deployment.worker.log_path.read_text()
+        time.sleep(0.05)
+    deployment.worker.kill()
+    assert get(a, key, batch_id)["status"] == "in_progress"
+    deployment.worker = Worker(a, data_dir=deployment.dirs[2].parent / f"worker-{uuid.uuid4().hex[:6]}")
+    deployment.dirs.append(deployment.worker.data_dir)
+    done = wait_for(a, key, batch_id, ("completed",), timeout=120)
+    for replica in (a, b):
+        _check_exactly_once(replica, key, done, lines, ok, engine_failed)
+    assert deployment.local_files() == []
