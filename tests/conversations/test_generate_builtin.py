@@ -35,7 +35,7 @@ def test_builtin_model_answers_from_the_document(builtin: Server) -> None:
     frames = frames_of(response)
     assert frames[-1] == "[DONE]", frames[-3:]
     # Retrieved before the model ran, whatever the model would have done with tools.
-    [retrieved] = [f for f in frames if isinstance(f, dict) and f.get("type") == "retrieval"]
+    retrieved = next(f for f in frames if isinstance(f, dict) and f.get("type") == "retrieval")
     assert any("58213" in passage["text"] for passage in retrieved["passages"])
     answer = "".join(f["chunk"] for f in frames if isinstance(f, dict) and "chunk" in f and "type" not in f)
     assert "58213" in answer, answer
@@ -43,7 +43,9 @@ def test_builtin_model_answers_from_the_document(builtin: Server) -> None:
     assert message["citations"] and all(c["source_id"] == source_id for c in message["citations"])
     detail = user.detail(cid)
     roles = [(m["role"], m["finish_reason"]) for m in detail["messages"]]
-    assert roles == [("user", None), ("tool", None), ("assistant", "stop")]
+    # One tool row of retrieval (two when the answer check asked again: the second search's).
+    assert roles in ([("user", None), ("tool", None), ("assistant", "stop")],
+                     [("user", None), ("tool", None), ("tool", None), ("assistant", "stop")])
     tool_row = detail["messages"][1]
     assert tool_row["tool_name"] == "search_sources" and tool_row["tool_status"] == "ok"
     assert "58213" in tool_row["message"]

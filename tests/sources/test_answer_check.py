@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.services.answer_check import DECLINED, LABEL, NO_NUMBER, NOTHING_NEW, UNGROUNDED, problem, search_query
+from inferd.services.answer_check import (DECLINED, LABEL, NO_NUMBER, NOTHING_NEW, UNGROUNDED, problem, quoted,
+                                          search_query)
 from inferd.services.grounding import Excerpt
 from inferd.services.retrieval import Passage
 
@@ -29,7 +30,8 @@ def test_answers_drawn_from_the_passages_pass(answer: str) -> None:
 @pytest.mark.parametrize("answer,kind", [
     ("The documents do not say.", DECLINED),
     ("The passages don't mention the extension.", DECLINED),
-    ("From travel_policy.docx, section \"Travel policy > 10. Contacts\": Office: Travel Desk", LABEL),
+    ("From travel_policy.docx, section \"Travel policy > 10. Contacts\":", LABEL),
+    ("From travel_policy.docx, section \"Travel policy > 10. Contacts\": Office: Travel Desk", NO_NUMBER),
     ("The extension is 4714.", UNGROUNDED),  # transposed: in neither the passages nor the question
     ("The phone extension of the office that approves cash advances for HX-220 trips is 220.", NOTHING_NEW),
     ("Travel policy > 10. Contacts", NOTHING_NEW),  # a heading
@@ -66,3 +68,16 @@ def test_the_search_query_is_read_from_the_reply(reply: str, query: str) -> None
 
 def test_a_citation_marker_is_not_a_number_of_the_answer() -> None:
     assert problem("The extension is 4471 [2].", QUESTION, excerpts()) is None
+
+
+def test_a_label_before_a_value_is_left_out_and_the_value_judged() -> None:
+    label = "From travel_policy.docx, section \"Travel policy > 10. Contacts\": "
+    assert problem(label + "Office: Cost Centre Controller's office; Extension: 4471", QUESTION, excerpts()) is None
+    assert problem(label + "Extension: 4714", QUESTION, excerpts()) == UNGROUNDED
+
+
+def test_a_second_answer_must_be_a_line_of_the_passages() -> None:
+    assert quoted("Office: Cost Centre Controller's office; Extension: 4,471", excerpts())
+    assert quoted("cash advances are approved by the Cost Centre Controller.", excerpts())  # case, stop aside
+    assert not quoted("4471", excerpts())  # a fragment, not the line asked for
+    assert not quoted("The extension of the controller is 4471.", excerpts())  # not as written

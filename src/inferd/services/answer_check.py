@@ -7,7 +7,8 @@ the passages do not hold (a transposed "4417" for 4471), or it says the document
 Each of these shows in the answer's own words against the passages', with no model call:
 
 - `declined`: the answer says the documents do not hold the answer;
-- `label`: it copies the label a passage was shown under;
+- `label`: it is only the label a passage was shown under (a label before a value is left out,
+  and the value judged);
 - `ungrounded`: it holds a number that neither the passages nor the question hold;
 - `nothing new`: past the question's words and the passages' file names and headings, it says
   nothing (a heading, or the question turned into a sentence);
@@ -19,7 +20,7 @@ An answer with one of these problems is asked again (services/generate.py): firs
 names what to search the documents for next (it has read the first passages, so it can name the
 bridge of a question that takes two facts), then it is asked to copy the line of the passages,
 with what that search found, that answers the question (QUOTE_RULES). The second answer replaces
-the first only when it passes the check.
+the first only when it passes the check and is such a line, as the passages write it (`quoted`).
 """
 
 from __future__ import annotations
@@ -104,8 +105,12 @@ def problem(answer: str, question: str, excerpts: Sequence[Excerpt]) -> str | No
         return NOTHING_NEW
     if _DECLINED.search(text):
         return DECLINED
-    names = [str(getattr(excerpt.passage, "source_name", "") or "") for excerpt in excerpts]
-    if any(name and re.search(r"\bFrom\s+" + re.escape(name), text) for name in names):
+    # A copied label ("From notes.pdf, section "Contacts":") is left out: what follows it is judged.
+    # The label alone answers nothing.
+    for name in {str(getattr(excerpt.passage, "source_name", "") or "") for excerpt in excerpts} - {""}:
+        text = re.sub(r"\bFrom\s+" + re.escape(name) + r"(?:,\s*section\s*\"[^\"]*\")?\s*:?", " ", text)
+    text = " ".join(text.split())
+    if not text:
         return LABEL
     labels = _labels(excerpts)
     seen = " ".join([question, *labels, *(excerpt.text for excerpt in excerpts)])
@@ -117,6 +122,18 @@ def problem(answer: str, question: str, excerpts: Sequence[Excerpt]) -> str | No
     if not _stems(text) - _stems(" ".join([question, *labels])) - _ABOUT:
         return NOTHING_NEW
     return None
+
+
+MIN_QUOTE_WORDS = 3  # a copied line shorter than this is a fragment ("2"), not the sentence or row asked for
+
+
+def quoted(answer: str, excerpts: Sequence[Excerpt]) -> bool:
+    """Whether `answer` is a line the passages hold as written (spacing and case aside), of at
+    least MIN_QUOTE_WORDS words: what the second try (QUOTE_RULES) must give to be sent."""
+    text = " ".join(_MARKER.sub(" ", answer).split()).strip().rstrip(".").lower()
+    if len(text.split()) < MIN_QUOTE_WORDS:
+        return False
+    return any(text in " ".join(excerpt.text.split()).lower() for excerpt in excerpts)
 
 
 def search_query(reply: str, question: str) -> str:

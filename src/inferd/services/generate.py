@@ -284,7 +284,8 @@ class GenerateTurn:
         not drawn from the passages (answer_check.problem) leads the model to name what to search
         for next; that search's new passages join the others (another tool row and `retrieval`
         frame) and the model is asked again, this time to copy the line of the passages that answers.
-        The second answer is sent when it passes the check, else the first. Returns (the step sent, the passages it was
+        The second answer is sent when it passes the check and is a line of the passages as
+        written (a fragment such as "2" is not), else the first. Returns (the step sent, the passages it was
         answered from, what the check did: None when the first answer passed)."""
         held: list[bytes] = []
 
@@ -313,7 +314,9 @@ class GenerateTurn:
             second_held.append(frame)
 
         second = await self._step(again, False, hold_second, grounded=True)
-        if second is not None and answer_check.problem("".join(second.content), question, widened) is None:
+        text = "".join(second.content) if second is not None else ""
+        if second is not None and answer_check.problem(text, question, widened) is None \
+                and answer_check.quoted(text, widened):
             await release(second_held)
             return second, widened, {"problem": kind, "query": query, "answer": "second", "first": answer}
         await release(held)
