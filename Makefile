@@ -65,8 +65,9 @@ serve: $(SERVE_STAMP)
 # time is waiting on servers, sleeps and subprocesses, which another worker's tests fill. Nothing
 # is shared: each worker of each run has its own databases, data dirs, Redis key prefix and ports.
 # -O prints each suite's report whole, when it ends, with its 25 slowest tests (the suite must stay
-# well inside CI's time); make fails if either fails. XDIST_WORKERS=0 runs a suite in one process.
-XDIST_WORKERS ?= 2
+# well inside CI's time); make fails if either fails. Workers are off by default (XDIST_WORKERS=0,
+# one process a suite): with 2, PostgreSQL's default 100 connections ran out (TooManyConnectionsError).
+XDIST_WORKERS ?= 0
 PYTEST := $(PY) -m pytest -n $(XDIST_WORKERS) --dist loadfile --durations=25
 
 test: install
