@@ -127,8 +127,9 @@ def small(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Itera
 
 
 def chats(upstream: Upstream) -> int:
-    """Chat requests the upstream has received so far."""
-    return sum(1 for r in upstream.requests() if r["path"] == "/v1/chat/completions")
+    """Chat requests the upstream has received so far (its own count: the log it keeps holds only
+    the last 200 requests, which the whole suite passes)."""
+    return int(httpx.get(upstream.url + "/_in_flight", timeout=10).json()["received"])
 
 
 def question() -> str:

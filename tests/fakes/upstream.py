@@ -46,7 +46,7 @@ gateway's configuration.
 
 Every request body received is recorded; `GET /_requests` returns them, `POST /_reset` clears.
 `GET /_in_flight` says how many chat requests are being answered now and the most at once since
-the last reset (`{"now": N, "peak": M}`): a pacing test's view of one deployment.
+the last reset (`{"now": N, "peak": M, "received": R}`, R: chat requests ever received): a pacing test's view of one deployment.
 `GET /health` answers 200 (a pool's active health probe). Several fakes may run at once, each on
 its own port (`--port P` again after a SIGKILL brings one back where it was).
 Streams the client abandoned are recorded too: `GET /_aborts` lists `{model, chunks_sent}`.
@@ -244,6 +244,7 @@ class FakeUpstream:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.chats_received = 0  # every chat request ever, unlike `requests` (the last 200)
         self.aborts: list[dict[str, Any]] = []
         self.flaky: dict[str, int] = {}
         self.in_flight = 0
@@ -264,6 +265,7 @@ class FakeUpstream:
                               "request_id": request.headers.get("x-request-id"),
                               "traceparent": request.headers.get("traceparent")})
         del self.requests[:-200]
+        self.chats_received += 1
         model = str(body.get("model", ""))
         sleep = _suffix_number(model, "mock-sleep-")
         if sleep:
@@ -470,7 +472,8 @@ class FakeUpstream:
         return web.json_response(self.aborts)
 
     async def chats_in_flight(self, request: web.Request) -> web.Response:
-        return web.json_response({"now": self.in_flight, "peak": self.peak_in_flight})
+        return web.json_response({"now": self.in_flight, "peak": self.peak_in_flight,
+                                  "received": self.chats_received})
 
     async def reset(self, request: web.Request) -> web.Response:
         self.requests.clear()
