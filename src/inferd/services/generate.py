@@ -33,7 +33,7 @@ import logging
 import re
 import uuid
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping
 
@@ -42,8 +42,10 @@ import orjson
 from inferd.auth.key_record import KeyRecord
 from inferd.catalogue import CHAT_TYPES, Model, ModelCatalogue
 from inferd.errors import InferdError, NotFound
-from inferd.services import answer_check, bridging, grounding, retrieval
+from inferd.services import bridging, grounding, retrieval
 from inferd.services.chat_call import DONE_FRAME
+from inferd.services.generate_check import AnswerChecking
+from inferd.services.generate_steps import WORKSPACE, StepOutput, history_messages, sse
 from inferd.services.retrieval import Retriever
 from inferd.services.web_search import WEB_SEARCH_TOOL, WebSearch, WebSearchFailed, format_results
 from inferd.store.conversations import Access, NewMessage
@@ -55,7 +57,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inferd.generate")
 
-WORKSPACE = "conversations"
 DEFAULT_MAX_TOOL_STEPS = 6
 DEFAULT_RETRIEVAL_PASSAGES = 6  # chunks retrieved before the first model call; their best pieces are read
 DEFAULT_CHAT_MODEL = "fast"
@@ -69,62 +70,7 @@ ANSWER_NUDGE = "Answer my question from the passages above."
 _NOTHING_FOUND = (retrieval.format_hits([]), format_results([]))  # a search tool's empty answers
 
 
-def sse(payload: dict[str, Any]) -> bytes:
-    """One SSE frame of the generate stream."""
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-def history_messages(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stored rows (oldest first) as chat messages; the assistant's tool calls go back upstream."""
-    while rows and rows[0]["role"] != "user":
-        rows = rows[1:]  # a window that starts mid-turn would pair tool results with no call
-    messages: list[dict[str, Any]] = []
-    calls: set[str] = set()
-    for row in rows:
-        if row["role"] == "tool":
-            # A retrieval row answers no call of the model's: its passages served that turn only.
-            if row["tool_call_id"] in calls:
-                messages.append({"role": "tool", "tool_call_id": row["tool_call_id"], "content": row["message"]})
-        elif row["role"] == "assistant" and row["tool_calls"]:
-            tool_calls = orjson.loads(row["tool_calls"])
-            calls.update(str(call.get("id")) for call in tool_calls if isinstance(call, dict))
-            messages.append({"role": "assistant", "content": row["message"] or None, "tool_calls": tool_calls})
-        else:
-            messages.append({"role": row["role"], "content": row["message"]})
-    return messages
-
-
-@dataclass
-class StepOutput:
-    """What one streamed model step produced."""
-
-    content: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finish_reason: str | None = None
-
-    def add_tool_delta(self, delta: dict[str, Any]) -> None:
-        """Merge a streamed tool-call fragment (id and name once, arguments in pieces)."""
-        index = int(delta.get("index") or 0)
-        call = self.tool_calls.setdefault(index, {"id": "", "type": "function",
-                                                  "function": {"name": "", "arguments": ""}})
-        if delta.get("id"):
-            call["id"] = delta["id"]
-        function = delta.get("function") or {}
-        if function.get("name"):
-            call["function"]["name"] = function["name"]
-        if function.get("arguments"):
-            call["function"]["arguments"] += function["arguments"]
-
-    def calls(self) -> list[dict[str, Any]]:
-        """The complete tool calls, in index order (ids made up where the engine gave none)."""
-        calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        for call in calls:
-            call["id"] = call["id"] or f"call_{uuid.uuid4().hex[:12]}"
-        return [c for c in calls if c["function"]["name"]]
-
-
-class GenerateTurn:
+class GenerateTurn(AnswerChecking):
     """A checked generate request, ready to stream."""
 
     def __init__(self, generation: "Generation", key: KeyRecord, access: Access, question: dict[str, Any],
@@ -275,105 +221,6 @@ class GenerateTurn:
         await emit(sse({"type": "retrieval", "message_id": row_id, "tool_call_id": call_id, "tool_status": "ok",
                         "query": question, "passages": [{**reference, "text": excerpt.text}
                                                         for reference, excerpt in zip(references, excerpts)]}))
-        return excerpts
-
-    async def _checked_step(self, messages: list[dict[str, Any]], passages: list[grounding.Excerpt],
-                            emit: Callable[[bytes], Awaitable[None]]
-                            ) -> tuple[StepOutput | None, list[grounding.Excerpt], dict[str, Any] | None]:
-        """The answer step from retrieved passages, held back until it is checked: an answer that is
-        not drawn from the passages (answer_check.problem) leads the model to name what to search
-        for next; that search's new passages join the others (another tool row and `retrieval`
-        frame) and the model is asked again, this time to copy the line of the passages that answers.
-        The second answer is sent when it passes the check and is a line of the passages as
-        written (a fragment such as "2" is not), else the first. Returns (the step sent, the passages it was
-        answered from, what the check did: None when the first answer passed)."""
-        held: list[bytes] = []
-
-        async def hold(frame: bytes) -> None:
-            held.append(frame)
-
-        async def release(frames: list[bytes]) -> None:
-            for frame in frames:
-                await emit(frame)
-
-        question = str(self._question["message"])
-        first = await self._step(messages, False, hold, grounded=True)
-        kind = None if first is None else answer_check.problem("".join(first.content), question, passages)
-        if first is None or kind is None:
-            await release(held)
-            return first, passages, None
-        answer = "".join(first.content)
-        query = await self._next_query(messages, answer, question)
-        more = await self._search_more(query, question, passages, messages, emit)
-        widened = [*passages, *more]
-        again = [*messages[:-1], {"role": "user", "content": grounding.grounded_question(
-            question, widened, rules=answer_check.QUOTE_RULES)}]
-        second_held: list[bytes] = []
-
-        async def hold_second(frame: bytes) -> None:
-            second_held.append(frame)
-
-        second = await self._step(again, False, hold_second, grounded=True)
-        text = "".join(second.content) if second is not None else ""
-        if second is not None and answer_check.problem(text, question, widened) is None \
-                and answer_check.quoted(text, widened):
-            await release(second_held)
-            return second, widened, {"problem": kind, "query": query, "answer": "second", "first": answer}
-        await release(held)
-        return first, widened, {"problem": kind, "query": query, "answer": "first",
-                                "second": "".join(second.content) if second is not None else None}
-
-    async def _next_query(self, messages: list[dict[str, Any]], answer: str, question: str) -> str:
-        """What the model, having read the passages and answered `answer`, says to search for next
-        (the question itself when it names nothing)."""
-        body: dict[str, Any] = {"model": self._model, "max_tokens": answer_check.QUERY_TOKENS,
-                                "temperature": grounding.GROUNDED_TEMPERATURE, "messages": [
-                                    *messages, {"role": "assistant", "content": answer},
-                                    {"role": "user", "content": answer_check.SEARCH_NEXT}]}
-        if not self._thinking and self._resolved.config.thinking == "hybrid":
-            body["reasoning_effort"] = "off"
-        try:
-            call = self._gen.chat.open(body, self._key, workspace=WORKSPACE,
-                                       affinity=f"conversation:{self._conversation_id}")
-            await self._gen.chat.fit_context(call)
-            reply = (await self._gen.chat.complete(call)).value
-            text = str(reply["choices"][0]["message"].get("content") or "")
-        except (InferdError, KeyError, IndexError, TypeError) as exc:
-            log.warning("no next search in conversation %s: %s", self._conversation_id, exc)
-            text = ""
-        return answer_check.search_query(text, question)
-
-    async def _search_more(self, query: str, question: str, passages: list[grounding.Excerpt],
-                           messages: list[dict[str, Any]],
-                           emit: Callable[[bytes], Awaitable[None]]) -> list[grounding.Excerpt]:
-        """Search the sources for `query` (with the question beside it, weighed less); the passages
-        the first search did not find, condensed, stored as another `search_sources` tool row of
-        the turn, numbered after the first ones. [] when the search finds nothing new or fails."""
-        call_id = f"retrieval_{self._turn_id[:12]}_next"
-        queries = [(query, 1.0), (f"{query} {question}", 0.5)]
-        seen = {excerpt.passage.chunk_id for excerpt in passages if isinstance(excerpt.passage, retrieval.Passage)}
-        try:
-            found = await self._gen.retriever.retrieve(self._key, self._conversation_id, queries,
-                                                       answer_check.SEARCH_TOP_K)
-            new = [passage for passage in found if passage.chunk_id not in seen][:answer_check.NEW_PASSAGES]
-            excerpts = await grounding.condense(partial(self._gen.retriever.embed, self._key), f"{query}. {question}",
-                                                new, answer_check.NEW_TOKENS) if new else []
-            excerpts = (await grounding.fit_passages(
-                self._resolved, lambda payload: self._gen.chat.count_payload(self._resolved, self._key, payload),
-                messages, question, [*passages, *excerpts]))[len(passages):]
-        except InferdError as exc:
-            log.warning("second search failed in conversation %s: %s", self._conversation_id, exc.message)
-            return []
-        first = len(passages) + 1
-        references = [excerpt.reference(first + i) for i, excerpt in enumerate(excerpts)]
-        shown = "\n\n".join(grounding.passage_block(first + i, excerpt) for i, excerpt in enumerate(excerpts))
-        row_id = await self._save(NewMessage(
-            role="tool", message=shown or retrieval.format_hits([]), user_id=self._user_id, tool_call_id=call_id,
-            tool_name="search_sources", tool_status="ok", turn_id=self._turn_id,
-            metadata={"retrieval": {"queries": [text for text, _ in queries], "passages": references}}))
-        await emit(sse({"type": "retrieval", "message_id": row_id, "tool_call_id": call_id, "tool_status": "ok",
-                        "query": query, "passages": [{**reference, "text": excerpt.text}
-                                                     for reference, excerpt in zip(references, excerpts)]}))
         return excerpts
 
     async def _answer(self, output: "StepOutput", passages: list[grounding.Excerpt],
