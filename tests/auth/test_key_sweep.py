@@ -64,7 +64,9 @@ def test_expired_user_keys_are_deleted_after_a_day_and_their_usage_stays(
     recent = server.create_user_key(parent, expires_at=utcnow() - timedelta(hours=1))  # within the day
     live = server.create_user_key(parent, expires_at=utcnow() + timedelta(hours=1))
     expired_app = server.create_user_key(parent, expires_at=utcnow() - timedelta(days=2), key_type="application")
-    assert _present(backend, [stale, recent, live, expired_app]) == {stale, recent, live, expired_app}
+    # Every running server sweeps once a minute too, so the session's own server may already have
+    # deleted `stale` here; the others must stay whatever sweeps.
+    assert _present(backend, [recent, live, expired_app]) == {recent, live, expired_app}
 
     with serving(tmp_path, backend, upstream, MOCK_CHAT_TOML) as fresh:  # the job runs as a server starts
         deadline = time.monotonic() + 20
